@@ -1,0 +1,1 @@
+"""synattn parser service: parser backends, REST API and batch parsing into shards."""

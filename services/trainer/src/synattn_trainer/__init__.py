@@ -1,0 +1,1 @@
+"""synattn trainer workers: Transformer NMT with syntax- and head-level attention variants."""

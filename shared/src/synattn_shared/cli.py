@@ -1,0 +1,175 @@
+"""The ``synattn`` command line. Services add subcommands through the ``synattn.cli`` entry points.
+
+Bad input exits with status 2 and a one-line reason on stderr; nothing half-written remains.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from synattn_shared import __version__
+from synattn_shared.errors import SyntaxInputError
+from synattn_shared.features import FeatureOptions
+from synattn_shared.manifest import Manifest, ParserInfo, SourceInfo, sha256_file
+from synattn_shared.materialise import ALL_FEATURES, MaterialiseOptions, materialise
+from synattn_shared.pipeline import build_dataset
+from synattn_shared.readers import read_conllu, read_ptb
+from synattn_shared.render import render_matrix
+from synattn_shared.shards import ShardDataset
+
+app = typer.Typer(
+    name="synattn",
+    help="Syntax-aware attention for NMT: parse, store, train, compare.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+PTB_SUFFIXES = {".mrg", ".tree", ".trees", ".ptb", ".bracketed"}
+CONLLU_SUFFIXES = {".conllu", ".conll"}
+
+
+class SchemeChoice(str, Enum):
+    flat = "flat"
+    two_level = "two_level"
+    binary = "binary"
+
+
+def fail(reason: str) -> typer.Exit:
+    """Print a one-line reason and return the exit to raise (status 2)."""
+    err.print(f"[bold red]error:[/] {reason}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+@app.command()
+def features(
+    trees: Annotated[Path, typer.Option(help="PTB bracketed trees (.mrg) or CoNLL-U (.conllu)")],
+    out: Annotated[Path, typer.Option(help="dataset directory to write")],
+    scheme: Annotated[
+        SchemeChoice, typer.Option(help="derived constituency scheme for dependency input")
+    ] = SchemeChoice.flat,
+    rows_per_shard: Annotated[int, typer.Option(min=1)] = 10_000,
+    dataset: Annotated[str | None, typer.Option(help="dataset name (default: file stem)")] = None,
+    overwrite: Annotated[bool, typer.Option(help="replace a dataset made from other input")] = False,
+) -> None:
+    """Write shards with every feature for parses you already have."""
+    if not trees.is_file():
+        raise fail(f"{trees}: no such file")
+    suffix = trees.suffix.lower()
+    if suffix in PTB_SUFFIXES:
+        records, constituency = read_ptb(trees), "given"
+    elif suffix in CONLLU_SUFFIXES:
+        records, constituency = read_conllu(trees), f"derived:{scheme.value}"
+    else:
+        raise fail(f"{trees}: unknown format {suffix!r}; use .mrg (PTB) or .conllu (CoNLL-U)")
+    options = FeatureOptions(derived_scheme=scheme.value)
+    manifest = Manifest(
+        dataset=dataset or trees.stem,
+        source=SourceInfo(path=str(trees), sha256=sha256_file(trees)),
+        parser=ParserInfo(backend="given", model=trees.name, constituency=constituency),
+        features=options.model_dump(),
+        rows_per_shard=rows_per_shard,
+    )
+    written = skipped = 0
+
+    def progress(index: int, rows: int, was_done: bool) -> None:
+        nonlocal written, skipped
+        if was_done:
+            skipped += 1
+        else:
+            written += 1
+        err.print(f"shard {index}: {rows} rows {'(already done)' if was_done else 'written'}")
+
+    try:
+        result = build_dataset(records, out, manifest, options, overwrite, on_shard=progress)
+    except (SyntaxInputError, FileExistsError, RuntimeError) as exc:
+        raise fail(str(exc)) from None
+    console.print(
+        f"{out}: {result.rows} sentences ({result.syntax_rows} with syntax) in "
+        f"{len(result.shards)} shards; {written} written, {skipped} kept from an earlier run"
+    )
+
+
+@app.command()
+def inspect(
+    directory: Annotated[Path, typer.Argument(help="dataset directory")],
+    row: Annotated[int, typer.Option(help="row to show")] = 0,
+    tau: Annotated[float, typer.Option(help="soft SLR temperature")] = 10.0,
+    k: Annotated[int, typer.Option(help="RP clip distance")] = 6,
+    slr_binarize: Annotated[str, typer.Option(help="right | none")] = "right",
+) -> None:
+    """Print the manifest and one sentence with its matrices rendered as text."""
+    try:
+        ds = ShardDataset(directory)
+        sample = ds[row]
+        opts = MaterialiseOptions(tau=tau, rp_clip=k, slr_binarize=slr_binarize)  # type: ignore[arg-type]
+        mats = materialise(sample, ALL_FEATURES, opts)
+    except (FileNotFoundError, ValueError, IndexError) as exc:
+        raise fail(str(exc)) from None
+    m = ds.manifest
+    console.rule(f"[bold]{m.dataset}[/] ({directory})")
+    console.print(
+        f"schema v{m.schema_version}  rows {m.rows}  with syntax {m.syntax_rows}  "
+        f"shards {len(m.shards)}  complete {m.complete}  created {m.created}"
+    )
+    console.print(f"source {m.source.path}  sha256 {m.source.sha256[:16]}...")
+    console.print(
+        f"parser {m.parser.backend} model={m.parser.model} version={m.parser.version} "
+        f"constituency={m.parser.constituency}"
+    )
+    console.print(f"features {m.features}")
+    for s in m.shards:
+        console.print(f"  {s.file}: rows {s.first_row}..{s.first_row + s.rows - 1}  "
+                      f"{s.bytes} B  sha256 {s.sha256[:16]}...")
+    words = sample["words"]
+    console.rule(f"row {row}  sent_id {sample['sent_id']}  line {sample['line']}")
+    console.print(" ".join(words), highlight=False)
+    console.print(f"has_syntax {sample['has_syntax']}  dep_head {sample['dep_head']}")
+    console.print(f"syn_dist (flat) {sample['syn_dist']}  const_layer {sample['const_layer']}")
+    if sample["tree"]:
+        console.print(f"tree {sample['tree']}", highlight=False)
+    shown = [
+        ("SLR hard (keep)", "slr_hard", 0, None),
+        (f"SLR soft m (tau={tau})", "slr_soft", 2, None),
+        ("dependency hops", "dep_hops", 0, "-"),
+        ("DEA keep-mask", "dea_mask", 0, None),
+        ("RP (key layer - query layer; oo = outside local phrase)", "rp", 0, "oo"),
+        (f"RP index (clip k={k})", "rp_index", 0, None),
+    ]
+    for title, key, decimals, sentinel in shown:
+        mat = mats.get(key)
+        console.print(f"\n[bold]{title}[/]")
+        if mat is None:
+            console.print("  n/a (no dependency parse)")
+        else:
+            console.print(render_matrix(mat, words, decimals, sentinel), highlight=False)
+
+
+@app.command()
+def version() -> None:
+    """Print the synattn version."""
+    console.print(__version__)
+
+
+def _load_plugins() -> None:
+    for ep in entry_points(group="synattn.cli"):
+        ep.load()(app)
+
+
+def main() -> None:
+    """Entry point of the ``synattn`` script."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))  # deep treebank trees
+    _load_plugins()
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""The per-dataset manifest: what a shard directory holds and how it was made."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from synattn_shared.schema import SCHEMA_VERSION
+
+MANIFEST_NAME = "manifest.json"
+
+
+class SourceInfo(BaseModel):
+    """The input file(s) the rows come from."""
+
+    path: str
+    sha256: str
+    tgt_path: str | None = None
+    tgt_sha256: str | None = None
+
+
+class ParserInfo(BaseModel):
+    """Which parser produced the parses (METHODS §10.11: results depend on it)."""
+
+    backend: str  # spacy, benepar, stanza, derived, given
+    model: str | None = None
+    version: str | None = None
+    constituency: str = "derived"  # given | derived:<scheme> | benepar | stanza
+
+
+class ShardInfo(BaseModel):
+    """One Parquet shard."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    index: int
+    first_row: int
+    rows: int
+    sha256: str
+    bytes: int
+
+
+class Manifest(BaseModel):
+    """Everything needed to trust and reproduce a shard directory."""
+
+    schema_version: int = SCHEMA_VERSION
+    dataset: str
+    source: SourceInfo
+    parser: ParserInfo
+    features: dict[str, Any] = Field(default_factory=dict)
+    rows_per_shard: int
+    created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    complete: bool = False
+    rows: int = 0
+    syntax_rows: int = 0
+    shards: list[ShardInfo] = Field(default_factory=list)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The fields a resumed run must match so old and new shards belong together."""
+        return {
+            "schema_version": self.schema_version,
+            "source": self.source.model_dump(),
+            "parser": self.parser.model_dump(),
+            "features": self.features,
+            "rows_per_shard": self.rows_per_shard,
+        }
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write a file so readers see the old or the new content, never a part (tmp + fsync + rename)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Atomically write JSON (pretty, UTF-8)."""
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def load_manifest(directory: str | Path) -> Manifest:
+    """Read ``manifest.json`` of a shard directory, with a clear error when missing."""
+    path = Path(directory) / MANIFEST_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory}: no {MANIFEST_NAME}; not a synattn shard directory")
+    return Manifest.model_validate_json(path.read_text(encoding="utf-8"))

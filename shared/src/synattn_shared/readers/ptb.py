@@ -1,0 +1,90 @@
+"""PTB bracketed trees (``.mrg``/``.tree``, one or more trees per file) through ``nltk.Tree``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import nltk
+
+from synattn_shared.errors import SyntaxInputError
+from synattn_shared.records import SentenceRecord
+from synattn_shared.syntax.trees import bracket, normalise_tree
+
+
+def split_brackets(text: str, source: str = "<string>") -> Iterator[tuple[int, str]]:
+    """Yield ``(start_line, tree_text)`` for each top-level bracketed tree in ``text``.
+
+    Raises:
+        SyntaxInputError: on a ``)`` without its ``(``, text outside any tree, or an unclosed
+            tree; the message names the tree number and the line where it starts.
+    """
+    depth = 0
+    start = -1
+    start_line = line = 1
+    count = 0
+    for pos, ch in enumerate(text):
+        if ch == "\n":
+            line += 1
+        elif ch == "(":
+            if depth == 0:
+                start, start_line = pos, line
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise SyntaxInputError(
+                    "unbalanced brackets: ')' without a matching '('",
+                    source=source,
+                    line=line,
+                    sentence=count + 1,
+                )
+            if depth == 0:
+                count += 1
+                yield start_line, text[start : pos + 1]
+        elif depth == 0 and not ch.isspace():
+            raise SyntaxInputError(
+                f"unexpected text {ch!r} outside a bracketed tree",
+                source=source,
+                line=line,
+                sentence=count + 1,
+            )
+    if depth > 0:
+        raise SyntaxInputError(
+            f"unbalanced brackets: tree not closed ({depth} '(' still open at end of file)",
+            source=source,
+            line=start_line,
+            sentence=count + 1,
+        )
+
+
+def parse_tree(text: str, *, source: str = "<string>", line: int = 1, sentence: int = 1) -> nltk.Tree:
+    """Parse and normalise one bracketed tree, with a located error on failure."""
+    try:
+        tree = nltk.Tree.fromstring(text, remove_empty_top_bracketing=False)
+    except ValueError as exc:
+        raise SyntaxInputError(
+            f"malformed tree: {exc}", source=source, line=line, sentence=sentence
+        ) from exc
+    if not isinstance(tree, nltk.Tree) or not tree.leaves():
+        raise SyntaxInputError("empty tree (no words)", source=source, line=line, sentence=sentence)
+    try:
+        return normalise_tree(tree)
+    except ValueError as exc:
+        raise SyntaxInputError(str(exc), source=source, line=line, sentence=sentence) from exc
+
+
+def read_ptb_text(text: str, source: str = "<string>") -> Iterator[SentenceRecord]:
+    """Records from PTB text: words = leaves of the normalised tree, ``tree`` = its bracketing."""
+    for k, (line, chunk) in enumerate(split_brackets(text, source), start=1):
+        tree = parse_tree(chunk, source=source, line=line, sentence=k)
+        words = tuple(str(w) for w in tree.leaves())
+        yield SentenceRecord(
+            sent_id=str(k - 1), words=words, pretokenized=True, tree=bracket(tree), line=line
+        )
+
+
+def read_ptb(path: str | Path) -> Iterator[SentenceRecord]:
+    """Records from a PTB bracketed file (one or more trees, any line layout)."""
+    p = Path(path)
+    return read_ptb_text(p.read_text(encoding="utf-8"), source=str(p))

@@ -1,0 +1,132 @@
+"""Constituency tree normalisation and unlabelled tree shapes (METHODS-syntax.md §1.1, §4.1).
+
+A *shape* is an ordered unlabelled tree whose leaves are word indices: an ``int`` is a leaf, a
+``list`` an internal node. ``collapse`` gives the collapsed tree C(T) of §1.1 as a shape.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import nltk
+
+Shape: TypeAlias = "int | list[Shape]"
+
+WRAPPER_LABELS = frozenset({"", "TOP", "ROOT"})
+EMPTY_ELEMENT = "-NONE-"
+PTB_UNESCAPE = {
+    "-LRB-": "(",
+    "-RRB-": ")",
+    "-LSB-": "[",
+    "-RSB-": "]",
+    "-LCB-": "{",
+    "-RCB-": "}",
+}
+
+
+def _prune_empty(tree: nltk.Tree) -> nltk.Tree | None:
+    """Drop ``-NONE-`` preterminals and constituents left without words (§1.1 step 2)."""
+    if tree.label() == EMPTY_ELEMENT:
+        return None
+    children: list[nltk.Tree | str] = []
+    for child in tree:
+        if isinstance(child, nltk.Tree):
+            kept = _prune_empty(child)
+            if kept is not None:
+                children.append(kept)
+        else:
+            children.append(child)
+    if not children:
+        return None
+    return nltk.Tree(tree.label(), children)
+
+
+def normalise_tree(tree: nltk.Tree, unescape: bool = True) -> nltk.Tree:
+    """Normalise a treebank tree: unwrap TOP/ROOT, remove empty elements (§1.1 steps 1-2).
+
+    Args:
+        tree: a labelled tree as read from a treebank or a parser.
+        unescape: map PTB bracket escapes (``-LRB-`` ...) back to the characters they stand for.
+
+    Returns:
+        The normalised tree T. Labels are kept (for display); no formula reads them.
+
+    Raises:
+        ValueError: when nothing but empty elements remains.
+    """
+    pruned = _prune_empty(tree)
+    if pruned is None:
+        raise ValueError("tree has no words after removing empty elements")
+    while (
+        isinstance(pruned, nltk.Tree)
+        and len(pruned) == 1
+        and isinstance(pruned[0], nltk.Tree)
+        and pruned.label() in WRAPPER_LABELS
+    ):
+        pruned = pruned[0]
+    if unescape:
+        for pos in pruned.treepositions("leaves"):
+            leaf = pruned[pos]
+            if leaf in PTB_UNESCAPE:
+                pruned[pos] = PTB_UNESCAPE[leaf]
+    return pruned
+
+
+def leaf_depths(tree: nltk.Tree) -> list[int]:
+    """Edges from the root of T to each word: the ``layer`` of §4.1 (POS and unary levels count)."""
+    if not isinstance(tree, nltk.Tree):
+        return [0]
+    return [len(pos) for pos in tree.treepositions("leaves")]
+
+
+def collapse(tree: nltk.Tree | str) -> Shape:
+    """The collapsed tree C(T): every node with one child is replaced by that child (§1.1)."""
+    counter = iter(range(1 << 30))
+
+    def walk(node: nltk.Tree | str) -> Shape:
+        if not isinstance(node, nltk.Tree):
+            return next(counter)
+        kids = [walk(child) for child in node]
+        return kids[0] if len(kids) == 1 else kids
+
+    return walk(tree)
+
+
+def shape_leaves(shape: Shape) -> list[int]:
+    """Leaves of a shape, left to right."""
+    if isinstance(shape, int):
+        return [shape]
+    out: list[int] = []
+    for child in shape:
+        out.extend(shape_leaves(child))
+    return out
+
+
+def canonical_shape(shape: Shape) -> Shape:
+    """Remove unary nodes from a shape (the collapse of §1.1 on an unlabelled tree)."""
+    if isinstance(shape, int):
+        return shape
+    kids = [canonical_shape(c) for c in shape]
+    return kids[0] if len(kids) == 1 else kids
+
+
+def binarize_right(shape: Shape) -> Shape:
+    """Right-factor every n-ary node: X(c1, c2, ..., ck) -> X(c1, X'(c2, ..., ck)) (§1.3)."""
+    if isinstance(shape, int):
+        return shape
+    kids = [binarize_right(c) for c in shape]
+    while len(kids) > 2:
+        kids = [*kids[:-2], [kids[-2], kids[-1]]]
+    return kids
+
+
+def shape_to_tree(shape: Shape, words: list[str] | tuple[str, ...], label: str = "X") -> nltk.Tree:
+    """Label a shape with a constant label and the given words (for display and round trips)."""
+    if isinstance(shape, int):
+        return nltk.Tree(label, [words[shape]])
+    return nltk.Tree(label, [shape_to_tree(c, words, label) for c in shape])
+
+
+def bracket(tree: nltk.Tree) -> str:
+    """One-line PTB bracketing of a tree."""
+    return str(tree.pformat(margin=1 << 30))
