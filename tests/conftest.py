@@ -1,0 +1,38 @@
+"""Shared fixtures: the running example of METHODS-syntax.md §0.3 and paths to ../shared/data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nltk
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(
+    __import__("os").environ.get("SYNATTN_DATA_DIR", REPO.parent / "shared" / "data")
+)
+
+RUNNING_WORDS = ("Bush", "held", "a", "talk", "with", "Sharon", ".")
+RUNNING_TREE = (
+    "(S (NP (NNP Bush)) (VP (VBD held) (NP (DT a) (NN talk)) (PP (IN with) (NP (NNP Sharon))))"
+    " (. .))"
+)
+RUNNING_HEADS = (2, 0, 4, 2, 2, 5, 2)
+RUNNING_UPOS = ("PROPN", "VERB", "DET", "NOUN", "ADP", "PROPN", "PUNCT")
+RUNNING_XPOS = ("NNP", "VBD", "DT", "NN", "IN", "NNP", ".")
+# Sharon -> Shar@@ on, then </s> (§0.3)
+RUNNING_SUBWORDS = ("Bush", "held", "a", "talk", "with", "Shar@@", "on", ".", "</s>")
+RUNNING_S2W = (0, 1, 2, 3, 4, 5, 5, 6, -1)
+
+
+@pytest.fixture
+def running_tree() -> nltk.Tree:
+    return nltk.Tree.fromstring(RUNNING_TREE)
+
+
+def data_file(*parts: str) -> Path:
+    """A file under ../shared/data, skipping the test when the data is not beside the repo."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    return path
