@@ -5,7 +5,6 @@ Bad input exits with status 2 and a one-line reason on stderr; nothing half-writ
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -166,7 +165,6 @@ def _load_plugins() -> None:
 
 def main() -> None:
     """Entry point of the ``synattn`` script."""
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))  # deep treebank trees
     _load_plugins()
     app()
 

@@ -71,7 +71,11 @@ class SentenceRecord:
 
     def parsed_tree(self) -> nltk.Tree | None:
         """The constituency tree as an ``nltk.Tree`` (None when unknown)."""
-        return None if self.tree is None else nltk.Tree.fromstring(self.tree)
+        if self.tree is None:
+            return None
+        from synattn_shared.readers.ptb import parse_tree
+
+        return parse_tree(self.tree, sentence=self.sent_id, line=self.line or 1)
 
     def with_subwords(self, subword_to_word: tuple[int, ...]) -> SentenceRecord:
         """Attach a subword map; every word must own at least one subword."""

@@ -28,6 +28,27 @@ def _blocks(text: str) -> Iterator[tuple[int, list[str]]]:
         yield first, block
 
 
+def _sent_id(block: list[str]) -> str | None:
+    for line in block:
+        if line.startswith("#") and "=" in line and line[1:].split("=", 1)[0].strip() == "sent_id":
+            return line.split("=", 1)[1].strip()
+    return None
+
+
+def _first_bad_line(block: list[str]) -> int:
+    """Offset of the first token line with the wrong field count or a non-integer id/head."""
+    for off, line in enumerate(block):
+        if line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 10:
+            return off
+        tid, head = fields[0], fields[6]
+        if tid.isdigit() and not (head.isdigit() or head == "_"):
+            return off
+    return 0
+
+
 def _token_line(block: list[str], first: int, token_id: int) -> int:
     """File line of the token with integer id ``token_id`` inside a block."""
     for off, line in enumerate(block):
@@ -44,14 +65,19 @@ def read_conllu_text(text: str, source: str = "<string>") -> Iterator[SentenceRe
             message names the file line and the sentence id.
     """
     for k, (first, block) in enumerate(_blocks(text)):
+        sid = _sent_id(block) or str(k)
         try:
             parsed = conllu.parse("\n".join(block) + "\n\n")
         except Exception as exc:  # conllu raises ParseException and plain ValueErrors
-            raise SyntaxInputError(f"malformed CoNLL-U: {exc}", source=source, line=first) from exc
+            raise SyntaxInputError(
+                f"malformed CoNLL-U: {exc}",
+                source=source,
+                line=first + _first_bad_line(block),
+                sentence=sid,
+            ) from exc
         if not parsed:
             continue
         sent = parsed[0]
-        sid = sent.metadata.get("sent_id", str(k))
         tokens = [t for t in sent if isinstance(t["id"], int)]
         if not tokens:
             raise SyntaxInputError("empty sentence (no tokens)", source=source, line=first, sentence=sid)

@@ -6,10 +6,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import nltk
+import nltk.tree.tree as nltk_tree
 
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.records import SentenceRecord
 from synattn_shared.syntax.trees import bracket, normalise_tree
+
+# nltk refuses trees deeper than 500 by default; real right-branching 500-word parses get there.
+MAX_TREE_DEPTH = 2000
 
 
 def split_brackets(text: str, source: str = "<string>") -> Iterator[tuple[int, str]]:
@@ -33,11 +37,12 @@ def split_brackets(text: str, source: str = "<string>") -> Iterator[tuple[int, s
         elif ch == ")":
             depth -= 1
             if depth < 0:
+                # the stray ')' most likely belongs to the tree that just closed
                 raise SyntaxInputError(
                     "unbalanced brackets: ')' without a matching '('",
                     source=source,
                     line=line,
-                    sentence=count + 1,
+                    sentence=max(count, 1),
                 )
             if depth == 0:
                 count += 1
@@ -60,6 +65,7 @@ def split_brackets(text: str, source: str = "<string>") -> Iterator[tuple[int, s
 
 def parse_tree(text: str, *, source: str = "<string>", line: int = 1, sentence: int = 1) -> nltk.Tree:
     """Parse and normalise one bracketed tree, with a located error on failure."""
+    nltk_tree.MAX_TREE_DEPTH = max(nltk_tree.MAX_TREE_DEPTH, MAX_TREE_DEPTH)
     try:
         tree = nltk.Tree.fromstring(text, remove_empty_top_bracketing=False)
     except ValueError as exc:

@@ -6,9 +6,15 @@ A *shape* is an ordered unlabelled tree whose leaves are word indices: an ``int`
 
 from __future__ import annotations
 
+import sys
 from typing import TypeAlias
 
 import nltk
+
+# Tree walks recurse once per level; a 500-word right-branching parse is ~1000 levels deep with
+# preterminals. Python 3.11 runs Python-to-Python calls without growing the C stack, so a higher
+# limit is safe.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
 
 Shape: TypeAlias = "int | list[Shape]"
 
