@@ -17,8 +17,13 @@ def shapes(draw: st.DrawFn, max_leaves: int = 14) -> Shape:
         if k == 1:
             return next(counter)
         parts = draw(st.integers(2, min(4, k)))
-        cuts = sorted(draw(st.lists(st.integers(1, k - 1), min_size=parts - 1,
-                                    max_size=parts - 1, unique=True)))
+        cuts = sorted(
+            draw(
+                st.lists(
+                    st.integers(1, k - 1), min_size=parts - 1, max_size=parts - 1, unique=True
+                )
+            )
+        )
         sizes = [b - a for a, b in zip([0, *cuts], [*cuts, k], strict=True)]
         return [build(s) for s in sizes]
 

@@ -13,14 +13,14 @@ from synattn_shared.syntax.reference import phrasal_bias_table
 
 D = [3, 2, 1, 2, 1, 3]
 LAYERS = [3, 3, 4, 4, 4, 5, 2]
-O = RP_OUT
+OUT = RP_OUT
 RP = [
     [0, 0, 1, 1, 1, 2, -1],
     [0, 0, 1, 1, 1, 2, -1],
-    [-1, -1, 0, 0, O, O, -2],
-    [-1, -1, 0, 0, O, O, -2],
-    [-1, -1, O, O, 0, 1, -2],
-    [-2, -2, O, O, -1, 0, -3],
+    [-1, -1, 0, 0, OUT, OUT, -2],
+    [-1, -1, 0, 0, OUT, OUT, -2],
+    [-1, -1, OUT, OUT, 0, 1, -2],
+    [-2, -2, OUT, OUT, -1, 0, -3],
     [1, 1, 2, 2, 2, 3, 0],
 ]
 IDX_K2 = [

@@ -110,7 +110,7 @@ def test_edge_cases_n1_n2():
 
 def test_batched_padding_rows_are_zero_and_real_block_unchanged():
     single = slr_log_mask(D, tau=10.0)
-    padded = np.array([D + [1000.0, 1000.0]], np.float32)
+    padded = np.array([[*D, 1000.0, 1000.0]], np.float32)
     batch = slr_log_mask(padded, tau=10.0, lengths=[7])
     assert batch.shape == (1, 1, 9, 9)
     np.testing.assert_allclose(batch[0, 0, :7, :7], single, atol=1e-6)

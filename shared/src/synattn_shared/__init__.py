@@ -1,3 +1,3 @@
-"""synattn core: sentence records, syntax algorithms and the shard format shared by all services."""
+"""synattn core: sentence records, syntax algorithms and the shard format of all services."""
 
 __version__ = "0.1.0"

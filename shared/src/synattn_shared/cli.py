@@ -5,7 +5,7 @@ Bad input exits with status 2 and a one-line reason on stderr; nothing half-writ
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated
@@ -29,14 +29,14 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err = Console(stderr=True)
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 PTB_SUFFIXES = {".mrg", ".tree", ".trees", ".ptb", ".bracketed"}
 CONLLU_SUFFIXES = {".conllu", ".conll"}
 
 
-class SchemeChoice(str, Enum):
+class SchemeChoice(StrEnum):
     flat = "flat"
     two_level = "two_level"
     binary = "binary"
@@ -57,7 +57,9 @@ def features(
     ] = SchemeChoice.flat,
     rows_per_shard: Annotated[int, typer.Option(min=1)] = 10_000,
     dataset: Annotated[str | None, typer.Option(help="dataset name (default: file stem)")] = None,
-    overwrite: Annotated[bool, typer.Option(help="replace a dataset made from other input")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="replace a dataset made from other input")
+    ] = False,
 ) -> None:
     """Write shards with every feature for parses you already have."""
     if not trees.is_file():
@@ -126,8 +128,10 @@ def inspect(
     )
     console.print(f"features {m.features}")
     for s in m.shards:
-        console.print(f"  {s.file}: rows {s.first_row}..{s.first_row + s.rows - 1}  "
-                      f"{s.bytes} B  sha256 {s.sha256[:16]}...")
+        console.print(
+            f"  {s.file}: rows {s.first_row}..{s.first_row + s.rows - 1}  "
+            f"{s.bytes} B  sha256 {s.sha256[:16]}..."
+        )
     words = sample["words"]
     console.rule(f"row {row}  sent_id {sample['sent_id']}  line {sample['line']}")
     console.print(" ".join(words), highlight=False)

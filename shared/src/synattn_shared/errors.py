@@ -36,7 +36,11 @@ class SyntaxInputError(ValueError):
         return f"{prefix}: {self.reason}" if prefix else self.reason
 
     def located(
-        self, *, source: str | None = None, line: int | None = None, sentence: str | int | None = None
+        self,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        sentence: str | int | None = None,
     ) -> SyntaxInputError:
         """Return a copy that fills in location fields this error does not know yet."""
         return SyntaxInputError(

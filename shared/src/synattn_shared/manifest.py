@@ -84,7 +84,7 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write a file so readers see the old or the new content, never a part (tmp + fsync + rename)."""
+    """Write a file so readers see the old or the new content, never a part."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:

@@ -96,9 +96,7 @@ def materialise(
         else:
             out["slr_bias"] = slr_log_mask(d_used, tau=opts.tau, mode="soft", ties=opts.slr_ties)
             out["slr_soft"] = np.exp(out["slr_bias"])
-            out["slr_hard"] = np.isfinite(
-                slr_log_mask(d_used, mode="hard", ties=opts.slr_ties)
-            )
+            out["slr_hard"] = np.isfinite(slr_log_mask(d_used, mode="hard", ties=opts.slr_ties))
         L, R = slr_intervals(d_used, opts.slr_ties)
         out["slr_interval"] = np.stack([L, R])
 

@@ -45,7 +45,9 @@ class SentenceRecord:
     def __post_init__(self) -> None:
         n = len(self.words)
         if n == 0:
-            raise SyntaxInputError("empty sentence (no tokens)", sentence=self.sent_id, line=self.line)
+            raise SyntaxInputError(
+                "empty sentence (no tokens)", sentence=self.sent_id, line=self.line
+            )
         for name in ("dep_head", "dep_rel", "upos", "xpos"):
             value = getattr(self, name)
             if value is not None and len(value) != n:

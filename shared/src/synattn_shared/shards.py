@@ -162,7 +162,6 @@ class ShardWriter:
         return self.manifest
 
 
-
 class ShardDataset:
     """Read-only view of a finished dataset: streaming batches and random access by row.
 
@@ -191,7 +190,7 @@ class ShardDataset:
         return self.manifest.rows
 
     def verify(self) -> None:
-        """Check every shard against its checksum; raise ``ValueError`` naming the first bad one."""
+        """Check every shard against its checksum; ValueError names the first bad one."""
         for s in self.manifest.shards:
             if sha256_file(self.dir / s.file) != s.sha256:
                 raise ValueError(f"{self.dir / s.file}: checksum mismatch")

@@ -80,7 +80,9 @@ def read_conllu_text(text: str, source: str = "<string>") -> Iterator[SentenceRe
         sent = parsed[0]
         tokens = [t for t in sent if isinstance(t["id"], int)]
         if not tokens:
-            raise SyntaxInputError("empty sentence (no tokens)", source=source, line=first, sentence=sid)
+            raise SyntaxInputError(
+                "empty sentence (no tokens)", source=source, line=first, sentence=sid
+            )
         ids = [t["id"] for t in tokens]
         if ids != list(range(1, len(ids) + 1)):
             raise SyntaxInputError(

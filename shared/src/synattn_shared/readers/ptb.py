@@ -63,7 +63,9 @@ def split_brackets(text: str, source: str = "<string>") -> Iterator[tuple[int, s
         )
 
 
-def parse_tree(text: str, *, source: str = "<string>", line: int = 1, sentence: int = 1) -> nltk.Tree:
+def parse_tree(
+    text: str, *, source: str = "<string>", line: int = 1, sentence: int = 1
+) -> nltk.Tree:
     """Parse and normalise one bracketed tree, with a located error on failure."""
     nltk_tree.MAX_TREE_DEPTH = max(nltk_tree.MAX_TREE_DEPTH, MAX_TREE_DEPTH)
     try:
@@ -73,7 +75,9 @@ def parse_tree(text: str, *, source: str = "<string>", line: int = 1, sentence: 
             f"malformed tree: {exc}", source=source, line=line, sentence=sentence
         ) from exc
     if not isinstance(tree, nltk.Tree) or not tree.leaves():
-        raise SyntaxInputError("empty tree (no words)", source=source, line=line, sentence=sentence)
+        raise SyntaxInputError(
+            "empty tree (no words)", source=source, line=line, sentence=sentence
+        )
     try:
         return normalise_tree(tree)
     except ValueError as exc:

@@ -46,7 +46,7 @@ def validate_heads(heads: npt.ArrayLike) -> npt.NDArray[np.int64]:
 
 
 def ancestor_matrix(parent: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-    """``anc[i, a]`` is True when ``a`` is ``i`` or an ancestor of ``i`` (parents 0-based, -1 root)."""
+    """``anc[i, a]`` is True when ``a`` is ``i`` or an ancestor of ``i`` (0-based parents)."""
     n = parent.shape[0]
     anc = np.eye(n, dtype=bool)
     cur = np.arange(n)

@@ -88,7 +88,7 @@ def distances_to_shape(d: npt.ArrayLike, ties: Ties = "merge") -> Shape:
 
 
 def binarized_distances(d: npt.ArrayLike) -> npt.NDArray[np.int16]:
-    """Right-binarised distances from flat ones: rebuild C(T) (§1.4), binarise, recompute (§1.3)."""
+    """Right-binarised distances from flat ones: rebuild C(T), binarise, recompute."""
     dist = np.asarray(d)
     if dist.shape[0] == 0:
         return np.zeros(0, np.int16)

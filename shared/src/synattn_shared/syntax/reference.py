@@ -53,7 +53,7 @@ def localness_bias(centre: float, window: float, length: int) -> npt.NDArray[np.
 
 
 def pascal_density(centres: npt.ArrayLike, length: int, sigma: float = 1.0) -> np.ndarray:
-    """PASCAL normal density ``N_sj`` around each row's centre (§7.4), ``[len(centres), length]``."""
+    """PASCAL normal density ``N_sj`` around each row's centre (§7.4)."""
     c = np.asarray(centres, dtype=np.float64)[:, None]
     j = np.arange(length, dtype=np.float64)[None, :]
     return np.exp(-((j - c) ** 2) / (2 * sigma**2)) / np.sqrt(2 * np.pi * sigma**2)

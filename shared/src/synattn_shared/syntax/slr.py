@@ -66,7 +66,9 @@ def slr_hard_mask(d: npt.ArrayLike, ties: SlrTies = "strict") -> npt.NDArray[np.
     return (j[None, :] >= L[:, None]) & (j[None, :] <= R[:, None])
 
 
-def _log_factor(x: npt.NDArray[np.float32], mode: SlrMode, tau: float, ties: SlrTies) -> npt.NDArray[np.float32]:
+def _log_factor(
+    x: npt.NDArray[np.float32], mode: SlrMode, tau: float, ties: SlrTies
+) -> npt.NDArray[np.float32]:
     """``g(x)``: ``logsigmoid(2x/tau)`` (soft) or ``0 / -inf`` by the indicator (hard)."""
     if mode == "soft":
         z = (2.0 / tau) * x
@@ -107,7 +109,7 @@ def slr_log_mask(
     if S >= 1:
         i = np.arange(T)[:, None]
         t = np.arange(S)[None, :]
-        # Cpre[b, i, t] = g(d_{i-1} - d_t) for t <= i-2; Cpost[b, i, t] = g(d_i - d_t) for t >= i+1.
+        # Cpre[b,i,t] = g(d_{i-1} - d_t) for t <= i-2; Cpost[b,i,t] = g(d_i - d_t) for t >= i+1.
         prev = dist[:, np.clip(np.arange(T) - 1, 0, S - 1)]  # d_{i-1}   [B, T]
         own = dist[:, np.clip(np.arange(T), 0, S - 1)]  # d_i       [B, T]
         cpre = _log_factor(prev[:, :, None] - dist[:, None, :], mode, tau, ties)
@@ -130,5 +132,5 @@ def slr_log_mask(
 def slr_mask(
     d: npt.ArrayLike, tau: float = 10.0, mode: SlrMode = "soft", ties: SlrTies = "strict"
 ) -> npt.NDArray[np.float32]:
-    """SLR as a multiplicative mask ``m`` in ``(0, 1]`` (soft) or ``{0, 1}`` (hard), one sentence."""
+    """SLR as a multiplicative mask ``m`` in ``(0, 1]`` or ``{0, 1}``, one sentence."""
     return np.exp(slr_log_mask(d, tau=tau, mode=mode, ties=ties)).astype(np.float32)

@@ -28,9 +28,7 @@ def _first_and_mean_piece(w: npt.NDArray[np.int64], n: int) -> tuple[np.ndarray,
     first = np.full(n, -1, np.int64)
     # reversed assignment leaves the smallest position per word
     first[w[real][::-1]] = pos[real][::-1]
-    mean = np.bincount(w[real], weights=pos[real], minlength=n) / np.bincount(
-        w[real], minlength=n
-    )
+    mean = np.bincount(w[real], weights=pos[real], minlength=n) / np.bincount(w[real], minlength=n)
     return first, mean
 
 
@@ -45,7 +43,9 @@ def lisa_targets(heads: npt.ArrayLike, subword_to_word: npt.ArrayLike) -> npt.ND
     return np.where(w >= 0, first[target_word], np.arange(w.shape[0]))
 
 
-def pascal_centres(heads: npt.ArrayLike, subword_to_word: npt.ArrayLike) -> npt.NDArray[np.float32]:
+def pascal_centres(
+    heads: npt.ArrayLike, subword_to_word: npt.ArrayLike
+) -> npt.NDArray[np.float32]:
     """PASCAL centre per subword (§7.4): mean position of the parent word's pieces; the root word
     uses its own pieces; specials are centred on themselves."""
     parent = validate_heads(heads)

@@ -79,7 +79,7 @@ def normalise_tree(tree: nltk.Tree, unescape: bool = True) -> nltk.Tree:
 
 
 def leaf_depths(tree: nltk.Tree) -> list[int]:
-    """Edges from the root of T to each word: the ``layer`` of §4.1 (POS and unary levels count)."""
+    """Edges from the root of T to each word: the ``layer`` of §4.1 (POS, unary levels count)."""
     if not isinstance(tree, nltk.Tree):
         return [0]
     return [len(pos) for pos in tree.treepositions("leaves")]
@@ -133,6 +133,13 @@ def shape_to_tree(shape: Shape, words: list[str] | tuple[str, ...], label: str =
     return nltk.Tree(label, [shape_to_tree(c, words, label) for c in shape])
 
 
+PTB_ESCAPE = {v: k for k, v in PTB_UNESCAPE.items() if v in "()"}
+
+
 def bracket(tree: nltk.Tree) -> str:
-    """One-line PTB bracketing of a tree."""
-    return str(tree.pformat(margin=1 << 30))
+    """One-line PTB bracketing; ``(`` and ``)`` leaves are escaped so the text parses back."""
+    out = tree.copy(deep=True)
+    for pos in out.treepositions("leaves"):
+        if out[pos] in PTB_ESCAPE:
+            out[pos] = PTB_ESCAPE[out[pos]]
+    return str(out.pformat(margin=1 << 30))

@@ -1,0 +1,76 @@
+"""The ``synattn`` CLI as a user runs it: a real process, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+EXAMPLES = REPO / "examples"
+
+
+def synattn(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "synattn_shared.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_features_and_inspect_on_ptb(tmp_path):
+    out = tmp_path / "ptb"
+    res = synattn("features", "--trees", str(EXAMPLES / "running_example.mrg"), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "4 sentences (4 with syntax) in 1 shards" in res.stdout
+    shown = synattn("inspect", str(out), "--row", "0", "--k", "2")
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert "Bush held a talk with Sharon ." in text
+    assert "syn_dist (flat) [3, 2, 1, 2, 1, 3]" in text
+    assert "RP (key layer - query layer" in text and "oo" in text
+    assert "parser given" in text and "constituency=given" in text
+    # a re-run keeps the finished shard
+    again = synattn(
+        "features", "--trees", str(EXAMPLES / "running_example.mrg"), "--out", str(out)
+    )
+    assert "0 written, 1 kept" in again.stdout
+
+
+def test_features_on_conllu_derives_constituency(tmp_path):
+    out = tmp_path / "dep"
+    res = synattn(
+        "features",
+        "--trees",
+        str(EXAMPLES / "running_example.conllu"),
+        "--out",
+        str(out),
+        "--scheme",
+        "two_level",
+    )
+    assert res.returncode == 0, res.stderr
+    shown = synattn("inspect", str(out), "--row", "1")
+    assert "sent_id hearing" in shown.stdout
+    assert "syn_dist (flat) [1, 4, 4, 3, 2, 1, 3, 3]" in shown.stdout
+    assert "derived:two_level" in shown.stdout
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    bad = tmp_path / "bad.conllu"
+    bad.write_text(
+        "# sent_id = loop\n1\ta\ta\tX\tX\t_\t2\tdep\t_\t_\n2\tb\tb\tX\tX\t_\t1\tdep\t_\t_\n\n"
+    )
+    out = tmp_path / "out"
+    res = synattn("features", "--trees", str(bad), "--out", str(out))
+    assert res.returncode == 2
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1
+    assert "bad.conllu:1: sentence loop:" in lines[0] and "cycle" in lines[0]
+    assert not list(out.glob("part-*.parquet"))
+    missing = synattn("features", "--trees", str(tmp_path / "nope.mrg"), "--out", str(out))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    wrong = tmp_path / "x.txt"
+    wrong.write_text("hello")
+    assert synattn("features", "--trees", str(wrong), "--out", str(out)).returncode == 2
+    assert synattn("inspect", str(tmp_path / "empty")).returncode == 2
