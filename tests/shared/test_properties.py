@@ -267,3 +267,15 @@ def test_subword_expansion_preserves_blocks(heads, data):
     d = shape_distances(distances_to_shape(np.arange(n - 1) % 3 + 1))
     unpadded = expand_distances(d, s2w)
     assert (expand_distances(d, s2w_padded)[: len(s2w) - 1] == unpadded).all()
+
+
+@settings(max_examples=60)
+@given(st.lists(head_arrays(max_len=16, max_roots=3), min_size=1, max_size=8))
+def test_batched_flat_features_equal_per_sentence(batch):
+    from synattn_shared.syntax.derived import flat_features_batch
+
+    got = flat_features_batch(batch)
+    for heads, (d, layers) in zip(batch, got, strict=True):
+        want_d, want_l = flat_features(heads)
+        assert d.tolist() == want_d.tolist()
+        assert layers.tolist() == want_l.tolist()

@@ -125,3 +125,14 @@ def test_ud_ewt_dev_reads_completely():
     rows = [to_row(r) for r in records]
     assert all(r["has_syntax"] for r in rows)
     assert all(len(r["syn_dist"]) == len(r["words"]) - 1 for r in rows)
+
+
+def test_batched_rows_name_the_first_bad_record():
+    from synattn_shared.features import to_rows
+
+    good = SentenceRecord(sent_id="g", words=("a", "b"), dep_head=(0, 1))
+    loop = SentenceRecord(sent_id="loop", words=("a", "b"), dep_head=(2, 1), line=7)
+    assert to_rows([good, good])[1]["syn_dist"] == [1]
+    with pytest.raises(SyntaxInputError, match="cycle") as info:
+        to_rows([good, loop, good])
+    assert (info.value.sentence, info.value.line) == ("loop", 7)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import nltk
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.records import SentenceRecord
-from synattn_shared.syntax.derived import Scheme, derive_tree, flat_features
+from synattn_shared.syntax.derived import Scheme, derive_tree, flat_features, flat_features_batch
 from synattn_shared.syntax.distance import shape_distances
 from synattn_shared.syntax.trees import bracket, collapse, leaf_depths
 
@@ -37,13 +38,22 @@ def _tree_features(tree: nltk.Tree) -> tuple[np.ndarray, np.ndarray]:
     return dist, layers
 
 
-def to_row(record: SentenceRecord, options: FeatureOptions | None = None) -> dict[str, Any]:
+def to_row(
+    record: SentenceRecord,
+    options: FeatureOptions | None = None,
+    flat: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict[str, Any]:
     """The shard row of one sentence.
 
     Columns: identity (``sent_id``, ``line``, ``words``, ``pretokenized``), the parse
     (``dep_head``, ``dep_rel``, ``upos``, ``xpos``), and the constituency features ``syn_dist``
     (flat distances, offset form) and ``const_layer`` (word depths in T), ``tree`` (optional) and
     ``has_syntax`` (False: every syntactic bias of the sentence is zero).
+
+    Args:
+        record: the sentence.
+        options: how constituency features are obtained.
+        flat: precomputed ``flat_features`` of the record's heads (from ``to_rows``).
 
     Raises:
         SyntaxInputError: invalid heads (range, cycle), naming the sentence.
@@ -64,7 +74,7 @@ def to_row(record: SentenceRecord, options: FeatureOptions | None = None) -> dic
                 tree_text = record.tree
         elif record.dep_head is not None and opts.constituency != "given":
             if opts.derived_scheme == "flat" and opts.store_tree != "always":
-                dist, layers = flat_features(record.dep_head)
+                dist, layers = flat if flat is not None else flat_features(record.dep_head)
             else:
                 tree = derive_tree(
                     record.words, record.dep_head, record.upos, record.xpos, opts.derived_scheme
@@ -89,6 +99,36 @@ def to_row(record: SentenceRecord, options: FeatureOptions | None = None) -> dic
         "tree": tree_text,
         "has_syntax": has_syntax,
     }
+
+
+def _uses_flat_path(record: SentenceRecord, opts: FeatureOptions) -> bool:
+    given = record.tree is not None and opts.constituency in ("auto", "given")
+    return (
+        not given
+        and record.dep_head is not None
+        and opts.constituency != "given"
+        and opts.derived_scheme == "flat"
+        and opts.store_tree != "always"
+    )
+
+
+def to_rows(
+    records: Sequence[SentenceRecord], options: FeatureOptions | None = None
+) -> list[dict[str, Any]]:
+    """``to_row`` for many records; the derived flat features are computed in one vectorised pass.
+
+    Raises:
+        SyntaxInputError: the first record (in order) with invalid heads.
+    """
+    opts = options or FeatureOptions()
+    flat_idx = [k for k, r in enumerate(records) if _uses_flat_path(r, opts)]
+    flat: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    try:
+        computed = flat_features_batch([records[k].dep_head for k in flat_idx])  # type: ignore[misc]
+        flat = dict(zip(flat_idx, computed, strict=True))
+    except ValueError:
+        pass  # fall through: to_row raises the located error for the first bad record
+    return [to_row(r, opts, flat.get(k)) for k, r in enumerate(records)]
 
 
 def row_to_record(row: dict[str, Any]) -> SentenceRecord:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from synattn_shared.features import FeatureOptions, to_row
+from synattn_shared.features import FeatureOptions, to_rows
 from synattn_shared.manifest import Manifest
 from synattn_shared.records import SentenceRecord
 from synattn_shared.shards import ShardWriter
@@ -53,7 +53,7 @@ def build_dataset(
         total += len(chunk)
         skipped = writer.done(index) is not None
         if not skipped:
-            writer.write_shard(index, [to_row(r, options) for r in chunk])
+            writer.write_shard(index, to_rows(chunk, options))
         if on_shard is not None:
             on_shard(index, len(chunk), skipped)
     return writer.finalize(expected_rows=total)

@@ -168,3 +168,95 @@ def flat_features(
         lone = (parent < 0) & ~has_deps
         layers = np.where(lone, 2, layers)
     return dist.astype(np.int16), layers.astype(np.int16)
+
+
+def flat_features_batch(
+    heads_list: Sequence[Sequence[int]],
+) -> list[tuple[npt.NDArray[np.int16], npt.NDArray[np.int16]]]:
+    """``flat_features`` for many sentences at once, vectorised over the whole batch.
+
+    All sentences form one forest; depths, subtree heights, subtree spans (for the projectivity
+    test: every subtree's yield must be contiguous) and the LCAs of adjacent words are computed
+    level by level for all words together. Non-projective sentences, and any batch with invalid
+    heads, go through the per-sentence path (which lifts, or raises a located error).
+    """
+    B = len(heads_list)
+    if B == 0:
+        return []
+    lengths = np.fromiter((len(h) for h in heads_list), np.int64, B)
+    if (lengths == 0).any():
+        return [flat_features(h) for h in heads_list]
+    offsets = np.zeros(B + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    N = int(offsets[-1])
+    sent = np.repeat(np.arange(B), lengths)
+    idx = np.arange(N)
+    local = idx - offsets[sent]
+    h = np.fromiter((x for hs in heads_list for x in hs), np.int64, N)
+    if ((h < 0) | (h > lengths[sent]) | (h - 1 == local)).any():
+        return [flat_features(hs) for hs in heads_list]
+    parent = np.where(h > 0, h - 1 + offsets[sent], -1)
+
+    depth = np.zeros(N, np.int64)
+    cur = parent.copy()
+    for _ in range(int(lengths.max()) + 1):
+        alive = np.flatnonzero(cur >= 0)
+        if alive.size == 0:
+            break
+        depth[alive] += 1
+        cur[alive] = parent[cur[alive]]
+    else:
+        return [flat_features(hs) for hs in heads_list]  # a cycle: raise it per sentence
+
+    height = np.zeros(N, np.int64)
+    lo, hi, size = local.copy(), local.copy(), np.ones(N, np.int64)
+    order = np.argsort(-depth, kind="stable")
+    bounds = np.searchsorted(-depth[order], np.arange(-int(depth.max()), 0))
+    for k in range(len(bounds)):  # deepest level first
+        end = bounds[k + 1] if k + 1 < len(bounds) else len(order)
+        nodes = order[bounds[k] : end]
+        nodes = nodes[depth[nodes] > 0]
+        par = parent[nodes]
+        np.maximum.at(height, par, height[nodes] + 1)
+        np.minimum.at(lo, par, lo[nodes])
+        np.maximum.at(hi, par, hi[nodes])
+        np.add.at(size, par, size[nodes])
+    nonprojective = set(np.unique(sent[hi - lo + 1 != size]).tolist())
+
+    # LCA of each adjacent pair inside a sentence
+    same = sent[:-1] == sent[1:]
+    a, b = idx[:-1][same].copy(), idx[1:][same].copy()
+    da, db = depth[a].copy(), depth[b].copy()
+    while (m := np.flatnonzero(da > db)).size:
+        a[m], da[m] = parent[a[m]], da[m] - 1
+    while (m := np.flatnonzero(db > da)).size:
+        b[m], db[m] = parent[b[m]], db[m] - 1
+    while (m := np.flatnonzero(a != b)).size:
+        a[m], b[m] = parent[a[m]], parent[b[m]]
+    roots = np.flatnonzero(parent < 0)
+    root_height = np.zeros(B, np.int64)
+    np.maximum.at(root_height, sent[roots], height[roots])
+    n_roots = np.bincount(sent[roots], minlength=B)
+    split_sent = sent[:-1][same]
+    dist = np.where(a >= 0, height[np.maximum(a, 0)], root_height[split_sent] + 1)
+
+    has_deps = np.bincount(parent[parent >= 0], minlength=N) > 0
+    host = np.where(has_deps | (parent < 0), idx, parent)
+    multi = n_roots[sent] > 1
+    layers = depth[host] + multi + 2
+    layers = np.where((parent < 0) & ~has_deps, np.where(multi, 2, 1), layers)
+
+    out: list[tuple[npt.NDArray[np.int16], npt.NDArray[np.int16]]] = []
+    split_offsets = offsets - np.arange(B + 1)  # n-1 splits per sentence
+    dist16, layers16 = dist.astype(np.int16), layers.astype(np.int16)
+    for s in range(B):
+        if s in nonprojective:
+            out.append(flat_features(heads_list[s]))
+        else:
+            out.append(
+                (
+                    dist16[split_offsets[s] : split_offsets[s + 1]],
+                    layers16[offsets[s] : offsets[s + 1]],
+                )
+            )
+    return out
