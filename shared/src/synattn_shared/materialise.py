@@ -89,16 +89,19 @@ def materialise(
         d = _slr_distances(row, opts)
         d_used = d.astype(np.float32) if w is None else expand_distances(d, w)
         out["syn_dist"] = d_used
+        L, R = slr_intervals(d_used, opts.slr_ties)
+        out["slr_interval"] = np.stack([L, R])
         if not syntax:
-            zero = np.zeros((T, T), np.float32)
-            hard = soft = np.ones((T, T), bool)
-            out.update(slr_bias=zero, slr_hard=hard, slr_soft=soft.astype(np.float32))
+            out.update(
+                slr_bias=np.zeros((T, T), np.float32),
+                slr_hard=np.ones((T, T), bool),
+                slr_soft=np.ones((T, T), np.float32),
+            )
         else:
             out["slr_bias"] = slr_log_mask(d_used, tau=opts.tau, mode="soft", ties=opts.slr_ties)
             out["slr_soft"] = np.exp(out["slr_bias"])
-            out["slr_hard"] = np.isfinite(slr_log_mask(d_used, mode="hard", ties=opts.slr_ties))
-        L, R = slr_intervals(d_used, opts.slr_ties)
-        out["slr_interval"] = np.stack([L, R])
+            j = np.arange(L.shape[0])
+            out["slr_hard"] = (j[None, :] >= L[:, None]) & (j[None, :] <= R[:, None])
 
     if want & {"dep_hops", "dea_mask", "dea_bias"}:
         if heads is None:

@@ -7,6 +7,7 @@ right-padded row; ``subword_to_word`` is -1 for ``</s>``, BOS and padding.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
@@ -86,8 +87,6 @@ def sla_keep_mask(
 
 def is_punctuation(words: Sequence[str], upos: Sequence[str] | None = None) -> list[bool]:
     """Punctuation test of SLA: UPOS ``PUNCT``, else "every character is punctuation"."""
-    import unicodedata
-
     if upos is not None:
         return [u == "PUNCT" for u in upos]
     return [all(unicodedata.category(c).startswith("P") for c in w) for w in words]
