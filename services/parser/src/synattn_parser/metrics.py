@@ -1,0 +1,37 @@
+"""Prometheus metrics of one API process (own registry, so several apps can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class ParserMetrics:
+    """Requests, latency, sentences parsed and micro-batch sizes."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "synattn_parser_requests_total",
+            "HTTP requests by route and status",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "synattn_parser_request_seconds",
+            "HTTP request latency by route",
+            ["route"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.sentences = Counter(
+            "synattn_parser_sentences_total",
+            "sentences parsed by backend and outcome",
+            ["backend", "outcome"],
+            registry=self.registry,
+        )
+        self.batch_size = Histogram(
+            "synattn_parser_batch_size",
+            "sentences per parser call (micro-batch)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+            registry=self.registry,
+        )

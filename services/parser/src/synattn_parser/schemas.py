@@ -1,0 +1,106 @@
+"""Request and response models of the parser API (they are the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from synattn_shared.manifest import ParserInfo
+from synattn_shared.materialise import ALL_FEATURES
+
+from synattn_parser.settings import BackendName
+
+FeatureName = Literal[ALL_FEATURES]  # type: ignore[valid-type]
+Token = Annotated[str, Field(min_length=1, max_length=200)]
+Sentence = Annotated[str, Field(max_length=100_000)] | Annotated[list[Token], Field(max_length=10_000)]
+
+
+class ParseRequest(BaseModel):
+    """Sentences to parse and the features to return for each."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "sentences": ["Bush held a talk with Sharon.", ["It", "rained", "."]],
+                    "features": ["slr_soft", "dea_mask", "rp_index"],
+                    "format": "dense",
+                }
+            ]
+        },
+    )
+
+    sentences: list[Sentence] = Field(
+        min_length=1,
+        description="raw text (a string) or pretokenised words (a list, never re-tokenised)",
+    )
+    ids: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        None, description="one sent_id per sentence (default: its 0-based index)"
+    )
+    backend: BackendName | None = Field(None, description="default: the server's backend")
+    features: list[FeatureName] = Field(  # type: ignore[valid-type]
+        default_factory=list, description="reader-side features to compute (see /v1/backends)"
+    )
+    tau: float = Field(10.0, gt=0, le=1e6, description="soft SLR temperature")
+    rp_clip: int = Field(6, ge=0, le=512, description="RP clip distance k")
+    slr_binarize: Literal["right", "none"] = "right"
+    format: Literal["compact", "dense"] = Field(
+        "compact", description="compact: {shape, dtype, flat data}; dense: nested lists"
+    )
+    strict: bool = Field(False, description="fail the whole request (422) if any sentence fails")
+
+
+class SentenceResult(BaseModel):
+    """One sentence: its parse and features, or its error."""
+
+    index: int
+    sent_id: str
+    error: str | None = None
+    words: list[str] | None = None
+    pretokenized: bool | None = None
+    dep_head: list[int] | None = Field(None, description="1-based heads, 0 = root")
+    dep_rel: list[str] | None = None
+    upos: list[str] | None = None
+    xpos: list[str] | None = None
+    tree: str | None = None
+    syn_dist: list[int] | None = Field(None, description="flat syntactic distances, n-1 values")
+    const_layer: list[int] | None = None
+    has_syntax: bool | None = None
+    features: dict[str, Any] | None = Field(
+        None, description="requested features; non-finite values (-inf biases) are null"
+    )
+
+
+class ParseResponse(BaseModel):
+    """The parser that ran and one result per input sentence, in order."""
+
+    parser: ParserInfo
+    format: Literal["compact", "dense"]
+    errors: int
+    sentences: list[SentenceResult]
+
+
+class BackendInfo(BaseModel):
+    """One backend: usable here or not, and why not."""
+
+    name: str
+    available: bool
+    loaded: bool
+    default: bool
+    description: str
+    reason: str | None = None
+
+
+class BackendsResponse(BaseModel):
+    """Every backend and the feature names ``/v1/parse`` accepts."""
+
+    backends: list[BackendInfo]
+    features: list[str]
+
+
+class Problem(BaseModel):
+    """An error response."""
+
+    detail: str

