@@ -47,6 +47,64 @@ def rows_to_table(rows: Sequence[dict[str, Any]], first_row: int) -> pa.Table:
     return pa.table(cols, schema=SHARD_SCHEMA)
 
 
+def shard_done(directory: str | Path, index: int) -> ShardInfo | None:
+    """The finished shard ``index`` of a dataset directory, or None if it must be (re)written."""
+    d = Path(directory)
+    side = d / shard_name(index).replace(".parquet", ".json")
+    part = d / shard_name(index)
+    if not side.is_file() or not part.is_file():
+        return None
+    info = ShardInfo.model_validate_json(side.read_text(encoding="utf-8"))
+    if info.bytes != part.stat().st_size or info.sha256 != sha256_file(part):
+        return None
+    return info
+
+
+def write_shard_file(
+    directory: str | Path, index: int, rows_per_shard: int, rows: Sequence[dict[str, Any]]
+) -> ShardInfo:
+    """Write shard ``index`` atomically and record it in its sidecar.
+
+    Safe to call from any process (a pool worker, a Celery task): it touches only this shard's
+    two files, each written to a temporary name, fsynced and renamed.
+    """
+    d = Path(directory)
+    if not rows:
+        raise ValueError(f"shard {index} has no rows")
+    if len(rows) > rows_per_shard:
+        raise ValueError(f"shard {index}: {len(rows)} rows > rows_per_shard")
+    first = index * rows_per_shard
+    table = rows_to_table(rows, first)
+    part = d / shard_name(index)
+    fd, tmp = tempfile.mkstemp(prefix=f".{part.name}.", suffix=".tmp", dir=d)
+    os.close(fd)
+    try:
+        pq.write_table(
+            table,
+            tmp,
+            compression="zstd",
+            row_group_size=ROW_GROUP_SIZE,
+            use_dictionary=["sent_id", "dep_rel", "upos", "xpos"],
+            write_statistics=["row"],
+        )
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, part)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    info = ShardInfo(
+        file=part.name,
+        index=index,
+        first_row=first,
+        rows=len(rows),
+        sha256=sha256_file(part),
+        bytes=part.stat().st_size,
+    )
+    write_json(part.with_suffix(".json"), info.model_dump(mode="json"))
+    return info
+
+
 class ShardWriter:
     """Writes a dataset's shards and manifest atomically; resumes a run that stopped.
 
@@ -87,51 +145,11 @@ class ShardWriter:
 
     def done(self, index: int) -> ShardInfo | None:
         """The finished shard ``index``, or None if it must be (re)written."""
-        side = self.dir / shard_name(index).replace(".parquet", ".json")
-        part = self.dir / shard_name(index)
-        if not side.is_file() or not part.is_file():
-            return None
-        info = ShardInfo.model_validate_json(side.read_text(encoding="utf-8"))
-        if info.bytes != part.stat().st_size or info.sha256 != sha256_file(part):
-            return None
-        return info
+        return shard_done(self.dir, index)
 
     def write_shard(self, index: int, rows: Sequence[dict[str, Any]]) -> ShardInfo:
         """Write shard ``index`` (rows ``index*R ...``) atomically and record it in its sidecar."""
-        if not rows:
-            raise ValueError(f"shard {index} has no rows")
-        if len(rows) > self.rows_per_shard:
-            raise ValueError(f"shard {index}: {len(rows)} rows > rows_per_shard")
-        first = index * self.rows_per_shard
-        table = rows_to_table(rows, first)
-        part = self.dir / shard_name(index)
-        fd, tmp = tempfile.mkstemp(prefix=f".{part.name}.", suffix=".tmp", dir=self.dir)
-        os.close(fd)
-        try:
-            pq.write_table(
-                table,
-                tmp,
-                compression="zstd",
-                row_group_size=ROW_GROUP_SIZE,
-                use_dictionary=["sent_id", "dep_rel", "upos", "xpos"],
-                write_statistics=["row"],
-            )
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, part)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        info = ShardInfo(
-            file=part.name,
-            index=index,
-            first_row=first,
-            rows=len(rows),
-            sha256=sha256_file(part),
-            bytes=part.stat().st_size,
-        )
-        write_json(part.with_suffix(".json"), info.model_dump(mode="json"))
-        return info
+        return write_shard_file(self.dir, index, self.rows_per_shard, rows)
 
     def finalize(self, expected_rows: int | None = None) -> Manifest:
         """Collect the sidecars into ``manifest.json`` and mark the dataset complete.

@@ -1,0 +1,251 @@
+"""Batch parsing of a corpus into shards: one shard is the unit of work (a process or a task).
+
+``parse_corpus`` plans the shards, runs the unfinished ones in a process pool and writes the
+manifest; ``run_shard_job`` parses one shard and is what a pool worker and the Celery task run.
+A re-run skips shards whose checksum matches, so a killed run resumes without duplicating rows.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from itertools import islice
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from synattn_shared.errors import SyntaxInputError
+from synattn_shared.features import FeatureOptions, to_row
+from synattn_shared.manifest import Manifest, ParserInfo, ShardInfo, SourceInfo, sha256_file
+from synattn_shared.records import SentenceRecord
+from synattn_shared.shards import ShardWriter, shard_done, write_shard_file
+
+from synattn_parser.backends import Parser, load_parser
+from synattn_parser.core import parse_to_rows
+from synattn_parser.settings import ParserSettings
+
+_PARSERS: dict[str, Parser] = {}  # one loaded model per process and configuration
+
+
+class ShardJob(BaseModel):
+    """Everything needed to (re)build one shard anywhere: JSON-serialisable for Celery."""
+
+    model_config = ConfigDict(frozen=True)
+
+    out_dir: str
+    index: int
+    rows_per_shard: int
+    src: str
+    tgt: str | None = None
+    backend: str = "spacy"
+    pretokenized: bool = False
+    settings: dict[str, Any] = {}
+    features: dict[str, Any] = {}
+    lines: list[str] | None = None  # the shard's source lines, when the caller has them
+    tgt_lines: list[str] | None = None
+
+
+def open_text(path: str | Path) -> io.TextIOBase:
+    """A text file, gunzipped when it ends in ``.gz``."""
+    p = Path(path)
+    if p.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")  # type: ignore[return-value]
+    return open(p, encoding="utf-8")  # type: ignore[return-value]
+
+
+def read_lines(path: str | Path, start: int = 0, stop: int | None = None) -> list[str]:
+    """Lines ``[start, stop)`` of a (gzipped) text file, without their newlines."""
+    with open_text(path) as fh:
+        return [line.rstrip("\r\n") for line in islice(fh, start, stop)]
+
+
+def count_lines(path: str | Path) -> int:
+    """Number of lines of a (gzipped) text file."""
+    with open_text(path) as fh:
+        return sum(1 for _ in fh)
+
+
+def get_parser(backend: str, settings: ParserSettings) -> Parser:
+    """The process's parser for this backend and configuration (loaded once)."""
+    key = f"{backend}:{settings.model_dump_json()}"
+    if key not in _PARSERS:
+        _PARSERS[key] = load_parser(backend, settings)
+    return _PARSERS[key]
+
+
+def fallback_row(line: str, sent_id: str, row: int, options: FeatureOptions) -> dict[str, Any]:
+    """The row of a sentence the parser failed on: whitespace words, no syntax (METHODS §1.7)."""
+    rec = SentenceRecord(sent_id=sent_id, words=tuple(line.split()), pretokenized=True, line=row + 1)
+    return to_row(rec, options)
+
+
+def parse_lines(
+    parser: Parser,
+    lines: list[str],
+    first_row: int,
+    pretokenized: bool,
+    options: FeatureOptions,
+    tgt_lines: list[str] | None = None,
+    source: str = "<input>",
+) -> tuple[list[dict[str, Any]], int]:
+    """Shard rows of consecutive input lines; returns the rows and how many fell back.
+
+    Raises:
+        SyntaxInputError: an empty line (it has no words to align a parse with), located.
+    """
+    for k, line in enumerate(lines):
+        if not line.strip():
+            raise SyntaxInputError(
+                "empty line; remove it from both sides of the corpus",
+                source=source,
+                line=first_row + k + 1,
+            )
+    items: list[Any] = [line.split() for line in lines] if pretokenized else lines
+    ids = [str(first_row + k) for k in range(len(lines))]
+    results = parse_to_rows(parser, items, ids, options)
+    rows: list[dict[str, Any]] = []
+    failed = 0
+    for k, r in enumerate(results):
+        if isinstance(r, SyntaxInputError):
+            failed += 1
+            r = fallback_row(lines[k], ids[k], first_row + k, options)
+        r["line"] = first_row + k + 1
+        r["tgt"] = None if tgt_lines is None else tgt_lines[k]
+        rows.append(r)
+    return rows, failed
+
+
+def run_shard_job(job: ShardJob) -> ShardInfo:
+    """Parse and write one shard (or return it when it is already written and intact)."""
+    done = shard_done(job.out_dir, job.index)
+    if done is not None:
+        return done
+    start = job.index * job.rows_per_shard
+    stop = start + job.rows_per_shard
+    lines = job.lines if job.lines is not None else read_lines(job.src, start, stop)
+    tgts = job.tgt_lines
+    if tgts is None and job.tgt is not None:
+        tgts = read_lines(job.tgt, start, stop)
+    settings = ParserSettings(**job.settings)
+    parser = get_parser(job.backend, settings)
+    options = FeatureOptions(**job.features)
+    rows, _ = parse_lines(parser, lines, start, job.pretokenized, options, tgts, source=job.src)
+    return write_shard_file(job.out_dir, job.index, job.rows_per_shard, rows)
+
+
+def _chunks(path: str | Path, size: int) -> Iterator[list[str]]:
+    with open_text(path) as fh:
+        while chunk := [line.rstrip("\r\n") for line in islice(fh, size)]:
+            yield chunk
+
+
+def plan_manifest(
+    src: Path, tgt: Path | None, out_name: str, info: ParserInfo, options: FeatureOptions, rows: int
+) -> Manifest:
+    """The manifest of a parse run (its fingerprint decides whether a re-run may resume)."""
+    return Manifest(
+        dataset=out_name,
+        source=SourceInfo(
+            path=str(src),
+            sha256=sha256_file(src),
+            tgt_path=None if tgt is None else str(tgt),
+            tgt_sha256=None if tgt is None else sha256_file(tgt),
+        ),
+        parser=info,
+        features=options.model_dump(),
+        rows_per_shard=rows,
+    )
+
+
+def parse_corpus(
+    src: Path,
+    out: Path,
+    *,
+    tgt: Path | None = None,
+    backend: str = "spacy",
+    settings: ParserSettings | None = None,
+    workers: int = 1,
+    rows_per_shard: int = 10_000,
+    pretokenized: bool = False,
+    overwrite: bool = False,
+    limit: int | None = None,
+    on_shard: Callable[[ShardInfo, bool], None] | None = None,
+) -> Manifest:
+    """Parse a corpus (one sentence per line) into a shard directory, resumably.
+
+    Args:
+        src: source sentences (``.gz`` allowed).
+        out: dataset directory.
+        tgt: optional target side, stored per row for training (same number of lines).
+        backend: parser backend name.
+        settings: parser settings (model names, scheme).
+        workers: processes; each loads its own model once.
+        rows_per_shard: sentences per shard.
+        pretokenized: split lines on whitespace and keep exactly those tokens.
+        overwrite: replace a directory made from other input or options.
+        limit: parse only the first ``limit`` lines (a different dataset from the full one).
+        on_shard: progress callback ``(shard, skipped)``.
+
+    Raises:
+        SyntaxInputError: bad input (located); FileExistsError: ``out`` holds another dataset.
+    """
+    cfg = settings or ParserSettings()
+    options = FeatureOptions(derived_scheme=cfg.derived_scheme)
+    n_src = count_lines(src)
+    if tgt is not None and (n_tgt := count_lines(tgt)) != n_src:
+        raise SyntaxInputError(f"{n_src} source lines but {n_tgt} target lines in {tgt}", source=str(src))
+    total = n_src if limit is None else min(limit, n_src)
+    if total == 0:
+        raise SyntaxInputError("no sentences", source=str(src))
+    parser = get_parser(backend, cfg)
+    info = parser.info.model_copy()
+    manifest = plan_manifest(src, tgt, out.name, info, options, rows_per_shard)
+    if limit is not None:
+        manifest.features = {**manifest.features, "limit": total}
+    writer = ShardWriter(out, manifest, overwrite=overwrite)
+    n_shards = (total + rows_per_shard - 1) // rows_per_shard
+    base = dict(
+        out_dir=str(out),
+        rows_per_shard=rows_per_shard,
+        src=str(src),
+        tgt=None if tgt is None else str(tgt),
+        backend=backend,
+        pretokenized=pretokenized,
+        settings=cfg.model_dump(),
+        features=options.model_dump(),
+    )
+    tgt_chunks = _chunks(tgt, rows_per_shard) if tgt is not None else None
+    jobs: list[ShardJob] = []
+    for index, lines in enumerate(_chunks(src, rows_per_shard)):
+        if index >= n_shards:
+            break
+        tgt_lines = next(tgt_chunks) if tgt_chunks is not None else None
+        if index == n_shards - 1 and total % rows_per_shard:
+            keep = total - index * rows_per_shard
+            lines = lines[:keep]
+            tgt_lines = None if tgt_lines is None else tgt_lines[:keep]
+        done = writer.done(index)
+        if done is not None:
+            if on_shard is not None:
+                on_shard(done, True)
+            continue
+        jobs.append(ShardJob(index=index, lines=lines, tgt_lines=tgt_lines, **base))
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            info_ = run_shard_job(job)
+            if on_shard is not None:
+                on_shard(info_, False)
+    else:
+        ctx = get_context("forkserver" if os.name == "posix" else "spawn")
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
+            futures = [pool.submit(run_shard_job, job) for job in jobs]
+            for fut in as_completed(futures):
+                info_ = fut.result()
+                if on_shard is not None:
+                    on_shard(info_, False)
+    return writer.finalize(expected_rows=total)
