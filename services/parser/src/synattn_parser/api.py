@@ -80,7 +80,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge
+                    raise _TooLarge(413, f"request body is larger than {self.limit} bytes")
             return message
 
         async def tracking_send(message: Any) -> None:
@@ -102,8 +102,8 @@ class BodyLimit:
         await response({"type": "http"}, _no_receive, send)
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(HTTPException):
+    """Raised from ``receive``: FastAPI re-raises HTTPExceptions met while reading the body."""
 
 
 async def _no_receive() -> Any:  # pragma: no cover - JSONResponse never reads
@@ -334,7 +334,10 @@ def create_app(settings: ParserSettings | None = None) -> FastAPI:
         def build() -> list[SentenceResult]:
             return [_result(k, ids[k], r, req, opts) for k, r in enumerate(rows)]
 
-        results = await run_in_threadpool(build) if req.features else build()
+        try:
+            results = await run_in_threadpool(build) if req.features else build()
+        except ValueError as exc:  # an option combination the feature code refuses
+            raise HTTPException(422, str(exc)) from None
         return ParseResponse(
             parser=parser.info, format=req.format, errors=len(errors), sentences=results
         )

@@ -44,7 +44,7 @@ class ParseRequest(BaseModel):
         default_factory=list, description="reader-side features to compute (see /v1/backends)"
     )
     tau: float = Field(10.0, gt=0, le=1e6, description="soft SLR temperature")
-    rp_clip: int = Field(6, ge=0, le=512, description="RP clip distance k")
+    rp_clip: int = Field(6, ge=0, le=62, description="RP clip distance k (int8 indices)")
     slr_binarize: Literal["right", "none"] = "right"
     format: Literal["compact", "dense"] = Field(
         "compact", description="compact: {shape, dtype, flat data}; dense: nested lists"
