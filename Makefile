@@ -29,6 +29,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 pytest: venv
+	bash .ci/services.sh
 	$(BIN)/python -m pytest
 
 test: lint pytest

@@ -24,6 +24,6 @@ def test_no_server_errors(parser_server: str) -> None:
         )
         def no_5xx(case: schemathesis.Case) -> None:
             response = case.call(base_url=parser_server, timeout=60)
-            assert response.status_code < 500, (op.path, case.body, response.text[:500])
+            assert response.status_code < 500, (case.path, case.body, response.text[:500])
 
         no_5xx()

@@ -1,4 +1,4 @@
-"""The parser REST API: ``/v1/parse``, ``/v1/backends``, ``/v1/health``, ``/v1/ready``, ``/metrics``.
+"""The parser REST API: ``/v1/parse``, ``/v1/backends``, ``/v1/health``, ``/v1/ready``, metrics.
 
 One process holds one instance of each loaded model and runs it from one executor thread (stanza
 is not thread-safe; spaCy gains nothing from threads); concurrent requests are micro-batched.
@@ -20,11 +20,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from synattn_shared import __version__
-from synattn_shared.errors import SyntaxInputError
-from synattn_shared.features import FeatureOptions
-from synattn_shared.materialise import ALL_FEATURES, MaterialiseOptions, materialise
-
 from synattn_parser.backends import (
     BackendUnavailable,
     Parser,
@@ -44,6 +39,10 @@ from synattn_parser.schemas import (
     SentenceResult,
 )
 from synattn_parser.settings import ParserSettings
+from synattn_shared import __version__
+from synattn_shared.errors import SyntaxInputError
+from synattn_shared.features import FeatureOptions
+from synattn_shared.materialise import ALL_FEATURES, MaterialiseOptions, materialise
 
 log = logging.getLogger(__name__)
 Scope = MutableMapping[str, Any]
@@ -344,9 +343,7 @@ def create_app(settings: ParserSettings | None = None) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus() -> PlainTextResponse:
-        return PlainTextResponse(
-            generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST
-        )
+        return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)  # type: ignore[arg-type]
     app.add_middleware(Metrics, metrics=metrics)  # type: ignore[arg-type]  # outermost: counts 413s

@@ -19,15 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from synattn_parser.backends import Parser, load_parser
+from synattn_parser.core import parse_to_rows
+from synattn_parser.settings import ParserSettings
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.features import FeatureOptions, to_row
 from synattn_shared.manifest import Manifest, ParserInfo, ShardInfo, SourceInfo, sha256_file
 from synattn_shared.records import SentenceRecord
 from synattn_shared.shards import ShardWriter, shard_done, write_shard_file
-
-from synattn_parser.backends import Parser, load_parser
-from synattn_parser.core import parse_to_rows
-from synattn_parser.settings import ParserSettings
 
 _PARSERS: dict[str, Parser] = {}  # one loaded model per process and configuration
 
@@ -80,7 +79,9 @@ def get_parser(backend: str, settings: ParserSettings) -> Parser:
 
 def fallback_row(line: str, sent_id: str, row: int, options: FeatureOptions) -> dict[str, Any]:
     """The row of a sentence the parser failed on: whitespace words, no syntax (METHODS §1.7)."""
-    rec = SentenceRecord(sent_id=sent_id, words=tuple(line.split()), pretokenized=True, line=row + 1)
+    rec = SentenceRecord(
+        sent_id=sent_id, words=tuple(line.split()), pretokenized=True, line=row + 1
+    )
     return to_row(rec, options)
 
 
@@ -145,7 +146,12 @@ def _chunks(path: str | Path, size: int) -> Iterator[list[str]]:
 
 
 def plan_manifest(
-    src: Path, tgt: Path | None, out_name: str, info: ParserInfo, options: FeatureOptions, rows: int
+    src: Path,
+    tgt: Path | None,
+    out_name: str,
+    info: ParserInfo,
+    options: FeatureOptions,
+    rows_per_shard: int,
 ) -> Manifest:
     """The manifest of a parse run (its fingerprint decides whether a re-run may resume)."""
     return Manifest(
@@ -158,7 +164,7 @@ def plan_manifest(
         ),
         parser=info,
         features=options.model_dump(),
-        rows_per_shard=rows,
+        rows_per_shard=rows_per_shard,
     )
 
 
@@ -198,7 +204,9 @@ def parse_corpus(
     options = FeatureOptions(derived_scheme=cfg.derived_scheme)
     n_src = count_lines(src)
     if tgt is not None and (n_tgt := count_lines(tgt)) != n_src:
-        raise SyntaxInputError(f"{n_src} source lines but {n_tgt} target lines in {tgt}", source=str(src))
+        raise SyntaxInputError(
+            f"{n_src} source lines but {n_tgt} target lines in {tgt}", source=str(src)
+        )
     total = n_src if limit is None else min(limit, n_src)
     if total == 0:
         raise SyntaxInputError("no sentences", source=str(src))
@@ -229,6 +237,13 @@ def parse_corpus(
             keep = total - index * rows_per_shard
             lines = lines[:keep]
             tgt_lines = None if tgt_lines is None else tgt_lines[:keep]
+        for k, line in enumerate(lines):  # fail before any work, not in a worker process
+            if not line.strip():
+                raise SyntaxInputError(
+                    "empty line; remove it from both sides of the corpus",
+                    source=str(src),
+                    line=index * rows_per_shard + k + 1,
+                )
         done = writer.done(index)
         if done is not None:
             if on_shard is not None:

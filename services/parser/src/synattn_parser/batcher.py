@@ -9,10 +9,11 @@ loop. While a batch parses, the next one fills up, so batch size grows with load
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -60,10 +61,8 @@ class MicroBatcher(Generic[T, R]):
         """Stop the collector; pending requests get ``CancelledError``."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         while not self._queue.empty():
             self._queue.get_nowait().future.cancel()
@@ -106,7 +105,7 @@ class MicroBatcher(Generic[T, R]):
                 self.on_batch(len(flat))
             try:
                 results = await loop.run_in_executor(self.executor, self.fn, flat)
-            except Exception as exc:  # noqa: BLE001 - delivered to every waiting request
+            except Exception as exc:
                 for p in live:
                     if not p.future.done():
                         p.future.set_exception(exc)

@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
+from synattn_parser.backends import BACKEND_NAMES, BackendUnavailable
+from synattn_parser.settings import ParserSettings
 from synattn_shared.cli import console, err, fail
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.manifest import ShardInfo
-
-from synattn_parser.backends import BACKEND_NAMES, BackendUnavailable
-from synattn_parser.settings import ParserSettings
 
 
 def parse(
@@ -28,8 +27,12 @@ def parse(
         bool, typer.Option(help="lines are space-separated tokens; keep them as they are")
     ] = False,
     limit: Annotated[int | None, typer.Option(min=1, help="parse only the first N lines")] = None,
-    spacy_model: Annotated[str | None, typer.Option(help="spaCy model (default: settings)")] = None,
-    scheme: Annotated[str, typer.Option(help="derived constituency: flat|two_level|binary")] = "flat",
+    spacy_model: Annotated[
+        str | None, typer.Option(help="spaCy model (default: settings)")
+    ] = None,
+    scheme: Annotated[
+        str, typer.Option(help="derived constituency: flat|two_level|binary")
+    ] = "flat",
     overwrite: Annotated[bool, typer.Option(help="replace a dataset of other input")] = False,
 ) -> None:
     """Parse a corpus into Parquet shards with every syntax feature (resumable)."""

@@ -7,10 +7,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from synattn_parser.backends import Parser, SentenceInput, parse_isolated
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.features import FeatureOptions, to_row, to_rows
-
-from synattn_parser.backends import Parser, SentenceInput, parse_isolated
 
 RowOrError = dict[str, Any] | SyntaxInputError
 

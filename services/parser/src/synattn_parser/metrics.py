@@ -1,4 +1,4 @@
-"""Prometheus metrics of one API process (own registry, so several apps can live in one process)."""
+"""Prometheus metrics of one API process (its own registry: several apps may share a process)."""
 
 from __future__ import annotations
 

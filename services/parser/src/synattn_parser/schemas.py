@@ -6,14 +6,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from synattn_parser.settings import BackendName
 from synattn_shared.manifest import ParserInfo
 from synattn_shared.materialise import ALL_FEATURES
 
-from synattn_parser.settings import BackendName
-
 FeatureName = Literal[ALL_FEATURES]  # type: ignore[valid-type]
 Token = Annotated[str, Field(min_length=1, max_length=200)]
-Sentence = Annotated[str, Field(max_length=100_000)] | Annotated[list[Token], Field(max_length=10_000)]
+Sentence = (
+    Annotated[str, Field(max_length=100_000)] | Annotated[list[Token], Field(max_length=10_000)]
+)
 
 
 class ParseRequest(BaseModel):

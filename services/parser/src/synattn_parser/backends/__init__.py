@@ -84,7 +84,8 @@ def _stanza_reason(settings: ParserSettings) -> str | None:
         return f"stanza is not installed; install it with: {hint}"
     root = Path(settings.stanza_dir or Path.home() / "stanza_resources")
     if not (root / "resources.json").is_file() or not (root / settings.stanza_lang).is_dir():
-        return f"stanza models for {settings.stanza_lang!r} are not in {root}; install them with: {hint}"
+        lang = settings.stanza_lang
+        return f"stanza models for {lang!r} are not in {root}; install them with: {hint}"
     return None
 
 

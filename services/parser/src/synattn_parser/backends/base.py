@@ -73,13 +73,15 @@ def parse_isolated(
         else:
             results[k] = SyntaxInputError(reason, sentence=ids[k])
     try:
-        for k, rec in zip(good, parser.parse([items[k] for k in good], [ids[k] for k in good])):
+        for k, rec in zip(
+            good, parser.parse([items[k] for k in good], [ids[k] for k in good]), strict=False
+        ):
             results[k] = rec
-    except Exception:  # noqa: BLE001 - isolate the failing sentence below
+    except Exception:
         for k in good:
             try:
                 results[k] = parser.parse([items[k]], [ids[k]])[0]
-            except Exception as exc:  # noqa: BLE001 - reported per sentence
+            except Exception as exc:
                 reason = exc.reason if isinstance(exc, SyntaxInputError) else str(exc)
                 results[k] = SyntaxInputError(reason or type(exc).__name__, sentence=ids[k])
     return [r for r in results if r is not None]

@@ -7,7 +7,10 @@ from typing import Any
 from synattn_parser.backends.base import BackendUnavailable, join_sentence_trees
 from synattn_parser.backends.spacy_backend import SpacyParser, load_spacy
 
-INSTALL = "pip install 'synattn-parser[benepar]' && python -c \"import benepar; benepar.download('{model}')\""
+INSTALL = (
+    "pip install 'synattn-parser[benepar]' && "
+    "python -c \"import benepar; benepar.download('{model}')\""
+)
 
 
 def benepar_tree(doc: Any) -> str:

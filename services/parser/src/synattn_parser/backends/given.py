@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from synattn_parser.backends.base import SentenceInput
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.manifest import ParserInfo
 from synattn_shared.readers.conllu_reader import read_conllu_text
 from synattn_shared.readers.ptb import read_ptb_text
 from synattn_shared.records import SentenceRecord
-
-from synattn_parser.backends.base import SentenceInput
 
 
 class GivenParser:
@@ -36,9 +35,6 @@ class GivenParser:
             reader = read_ptb_text if text.startswith("(") else read_conllu_text
             records = list(reader(text, source=f"sentence {sid}"))
             if len(records) != 1:
-                raise SyntaxInputError(
-                    f"expected one parse, found {len(records)}", sentence=sid
-                )
+                raise SyntaxInputError(f"expected one parse, found {len(records)}", sentence=sid)
             out.append(replace(records[0], sent_id=sid, line=None))
         return out
-

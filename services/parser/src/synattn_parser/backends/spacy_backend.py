@@ -7,11 +7,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from synattn_parser.backends.base import BackendUnavailable, SentenceInput, normalise_text
 from synattn_shared.manifest import ParserInfo
 from synattn_shared.readers.spacy_doc import record_from_doc
 from synattn_shared.records import SentenceRecord
-
-from synattn_parser.backends.base import BackendUnavailable, SentenceInput, normalise_text
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL = "en_core_web_sm"

@@ -9,15 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from synattn_shared.manifest import ParserInfo
-from synattn_shared.records import SentenceRecord
-
 from synattn_parser.backends.base import (
     BackendUnavailable,
     SentenceInput,
     join_sentence_trees,
     normalise_text,
 )
+from synattn_shared.manifest import ParserInfo
+from synattn_shared.records import SentenceRecord
 
 PROCESSORS = "tokenize,mwt,pos,lemma,depparse"
 

