@@ -80,3 +80,76 @@ def test_redis_service_command_starts_outside_docker(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_parser_api_service_command_starts_outside_docker():
+    import httpx
+
+    cmd = list(compose()["services"]["parser-api"]["command"])
+    port = free_port()
+    cmd[cmd.index("--port") + 1] = str(port)
+    cmd[cmd.index("--host") + 1] = "127.0.0.1"
+    exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
+    proc = subprocess.Popen([exe, *cmd[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/v1/ready", timeout=2)
+                if r.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, "the parser API exited"
+            assert time.time() < deadline, "the parser API did not become ready"
+            time.sleep(0.2)
+        assert r.json()["backend"] == "spacy"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def test_parser_worker_service_command_starts_outside_docker(tmp_path):
+    import os
+
+    svc = compose()["services"]["parser-worker"]
+    cmd = list(svc["command"])
+    exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
+    env = {
+        **os.environ,
+        **{k: v.replace("redis:6379", "127.0.0.1:6379") for k, v in svc["environment"].items()},
+    }
+    env["SYNATTN_BROKER_URL"] = env["SYNATTN_RESULT_BACKEND"] = "redis://127.0.0.1:6379/14"
+    name = f"compose-check-{os.getpid()}@localhost"
+    proc = subprocess.Popen(
+        [exe, *cmd[1:], "--pool", "solo", "-n", name, "--without-gossip", "--without-mingle"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 60
+        while True:
+            ping = subprocess.run(
+                [
+                    exe,
+                    "-A",
+                    "synattn_parser.tasks",
+                    "inspect",
+                    "ping",
+                    "-d",
+                    name,
+                    "--timeout",
+                    "2",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            if ping.returncode == 0 and "pong" in ping.stdout:
+                break
+            assert proc.poll() is None, "the parser worker exited"
+            assert time.time() < deadline, ping.stdout + ping.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
