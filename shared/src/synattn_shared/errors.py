@@ -24,6 +24,10 @@ class SyntaxInputError(ValueError):
         self.sentence = sentence
         super().__init__(self._format())
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        """Pickle with every field (errors cross process boundaries in pools and the API)."""
+        return (_rebuild, (self.reason, self.source, self.line, self.sentence))
+
     def _format(self) -> str:
         where = []
         if self.source is not None:
@@ -49,3 +53,9 @@ class SyntaxInputError(ValueError):
             line=self.line if self.line is not None else line,
             sentence=self.sentence if self.sentence is not None else sentence,
         )
+
+
+def _rebuild(
+    reason: str, source: str | None, line: int | None, sentence: str | int | None
+) -> SyntaxInputError:
+    return SyntaxInputError(reason, source=source, line=line, sentence=sentence)

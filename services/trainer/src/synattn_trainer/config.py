@@ -1,0 +1,140 @@
+"""Training configuration: one typed, validated object, loaded from YAML (``synattn train CFG``).
+
+Attention variants are chosen per attention type and layer by name; each variant validates its
+own options (see ``synattn_trainer.variants``), so the trainer never branches on variant names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+AttentionType = Literal["enc_self", "dec_self", "enc_dec"]
+ATTENTION_TYPES: tuple[AttentionType, ...] = ("enc_self", "dec_self", "enc_dec")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(Strict):
+    """Where the parsed training data and the subword vocabulary live."""
+
+    train: str  # shard directory with a ``tgt`` column (``synattn parse --tgt``)
+    valid: str
+    test: str | None = None
+    tokenizer: str  # tokenizer.json (``synattn tokenizer train``)
+    max_tokens: int = Field(4096, ge=16, description="source tokens per batch")
+    max_len: int = Field(256, ge=4, description="drop training pairs longer than this (subwords)")
+
+
+class ModelConfig(Strict):
+    """Transformer encoder-decoder shape (defaults: ``m30k-small``, METHODS-heads §6.3)."""
+
+    enc_layers: int = Field(3, ge=1)
+    dec_layers: int = Field(3, ge=1)
+    d_model: int = Field(256, ge=8)
+    d_ff: int = Field(1024, ge=8)
+    heads: int = Field(8, ge=1)
+    norm: Literal["pre", "post"] = "post"
+    final_norm: bool = False  # a LayerNorm after each stack (usual with pre-norm)
+    tie_embeddings: bool = True  # source, target and output share one matrix (joint vocabulary)
+    output_bias: bool = False
+    dropout: float = Field(0.3, ge=0, lt=1)
+    attn_dropout: float = Field(0.1, ge=0, lt=1)
+    relu_dropout: float = Field(0.0, ge=0, lt=1)
+    max_positions: int = 1024
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelConfig:
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
+        return self
+
+
+class VariantSpec(Strict):
+    """One variant applied to some layers of one attention type."""
+
+    name: str = "vanilla"
+    layers: list[int] | Literal["all"] = "all"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class OptimConfig(Strict):
+    """Adam with linear warm-up and inverse-square-root decay (METHODS-heads §6.3)."""
+
+    lr: float = Field(1e-3, gt=0, description="peak learning rate")
+    warmup: int = Field(2000, ge=1)
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = Field(0.1, ge=0, lt=1)
+    clip_norm: float = Field(0.0, ge=0, description="0 = no clipping")
+    accumulate: int = Field(1, ge=1, description="batches per update")
+
+
+class TrainLoopConfig(Strict):
+    """How long to train and what to keep."""
+
+    max_updates: int = Field(8000, ge=1)
+    max_epochs: int = Field(100, ge=1)
+    patience: int = Field(10, ge=0, description="epochs without dev-loss gain; 0 = off")
+    seed: int = 1
+    precision: Literal["fp32", "bf16", "auto"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+    checkpoint_every_updates: int = Field(0, ge=0, description="0 = once per epoch only")
+    keep_checkpoints: int = Field(10, ge=1)
+    average_last: int = Field(10, ge=1)
+    bleu_every: int = Field(5, ge=0, description="epochs between validation BLEU; 0 = never")
+    bleu_max_sentences: int = Field(0, ge=0, description="0 = the whole validation set")
+    log_every: int = Field(50, ge=1)
+
+
+class DecodeConfig(Strict):
+    """Beam search (METHODS-heads §6.3: beam 5, score / length)."""
+
+    beam: int = Field(5, ge=1)
+    lenpen: float = 1.0
+    lenpen_form: Literal["average", "gnmt"] = "average"
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    batch_sentences: int = 64
+
+
+class TrainConfig(Strict):
+    """Everything one training run is defined by."""
+
+    name: str = "run"
+    data: DataConfig
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    attention: dict[AttentionType, list[VariantSpec]] = Field(default_factory=dict)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    train: TrainLoopConfig = Field(default_factory=TrainLoopConfig)
+    decode: DecodeConfig = Field(default_factory=DecodeConfig)
+
+    def variant_for(self, kind: AttentionType, layer: int) -> VariantSpec:
+        """The variant of layer ``layer`` of attention type ``kind`` (vanilla when none names it)."""
+        chosen = VariantSpec()
+        for spec in self.attention.get(kind, []):
+            if spec.layers == "all" or layer in spec.layers:
+                chosen = spec
+        return chosen
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read a YAML config; relative data paths are resolved against the config's folder."""
+    p = Path(path)
+    raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    for key, value in (overrides or {}).items():
+        node = raw
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    data = raw.get("data", {})
+    for key in ("train", "valid", "test", "tokenizer"):
+        if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
+            data[key] = str((p.parent / data[key]).resolve())
+    return TrainConfig.model_validate(raw)

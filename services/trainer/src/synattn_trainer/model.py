@@ -1,0 +1,246 @@
+"""Transformer encoder-decoder whose every attention module carries one variant (the extension
+point in ``synattn_trainer.variants.base``). Vanilla attention runs through the fused
+``scaled_dot_product_attention``; probabilities are materialised only when a variant asks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from synattn_trainer.config import AttentionType, ModelConfig, TrainConfig
+from synattn_trainer.tokenizer import PAD_ID
+from synattn_trainer.variants import AttentionVariant, AttnContext, build_variant
+
+
+def combine_masks(
+    key_padding: Tensor | None, causal: bool, bias: Tensor | None, tq: int, tk: int, device: torch.device
+) -> Tensor | None:
+    """One additive float mask ``[B|1, H|1, Tq, Tk]``: padding and future keys are ``-inf``."""
+    mask: Tensor | None = None
+    if key_padding is not None and bool(key_padding.any()):
+        mask = torch.zeros(key_padding.shape, device=device).masked_fill(key_padding, -math.inf)
+        mask = mask[:, None, None, :]
+    if causal:
+        future = torch.ones(tq, tk, dtype=torch.bool, device=device).triu(tk - tq + 1)
+        c = torch.zeros(tq, tk, device=device).masked_fill(future, -math.inf)
+        mask = c if mask is None else mask + c
+    if bias is not None:
+        mask = bias if mask is None else mask + bias
+    return mask
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with a variant hook at every step (see ``variants.base``)."""
+
+    def __init__(self, cfg: ModelConfig, variant: AttentionVariant, causal: bool = False) -> None:
+        super().__init__()
+        self.h = cfg.heads
+        self.d_head = cfg.d_model // cfg.heads
+        self.q_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout = cfg.attn_dropout
+        self.causal = causal
+        self.variant = variant
+        self.keep_probs = False  # analysis: store the last probabilities in ``last_probs``
+        self.last_probs: Tensor | None = None
+
+    def _split(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.h, self.d_head).transpose(1, 2)
+
+    def forward(self, x: Tensor, memory: Tensor, ctx: AttnContext) -> Tensor:
+        q = self._split(self.q_proj(x))
+        k = self._split(self.k_proj(memory))
+        v = self._split(self.v_proj(memory))
+        bias = self.variant.logit_bias(q, k, ctx)
+        mask = combine_masks(ctx.key_padding, self.causal, bias, q.shape[2], k.shape[2], x.device)
+        p_drop = self.dropout if self.training else 0.0
+        if self.keep_probs or self.variant.needs_probs(ctx):
+            logits = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)
+            if mask is not None:
+                logits = logits + mask
+            probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
+            self.variant.observe(probs, ctx)
+            if self.keep_probs:
+                self.last_probs = probs.detach()
+            heads = F.dropout(probs, p_drop, self.training) @ v
+        else:
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
+        heads = self.variant.head_outputs(heads, ctx)
+        out = self.variant.aggregate(heads, self.out_proj, ctx)
+        if out is None:
+            b, _, t, _ = heads.shape
+            out = self.out_proj(heads.transpose(1, 2).reshape(b, t, self.h * self.d_head))
+        return out
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.fc2 = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.dropout = nn.Dropout(cfg.relu_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+
+
+class Sublayer(nn.Module):
+    """Residual + dropout + LayerNorm around a sub-layer, pre- or post-norm."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.pre = cfg.norm == "pre"
+
+    def forward(self, x: Tensor, fn) -> Tensor:  # type: ignore[no-untyped-def]
+        if self.pre:
+            return x + self.dropout(fn(self.norm(x)))
+        return self.norm(x + self.dropout(fn(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: TrainConfig, layer: int) -> None:
+        super().__init__()
+        m = cfg.model
+        variant = build_variant(cfg.variant_for("enc_self", layer), m, "enc_self", layer)
+        self.self_attn = MultiHeadAttention(m, variant)
+        self.ffn = FeedForward(m)
+        self.sub1, self.sub2 = Sublayer(m), Sublayer(m)
+
+    def forward(self, x: Tensor, ctx: AttnContext) -> Tensor:
+        x = self.sub1(x, lambda h: self.self_attn(h, h, ctx))
+        return self.sub2(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TrainConfig, layer: int) -> None:
+        super().__init__()
+        m = cfg.model
+        self_v = build_variant(cfg.variant_for("dec_self", layer), m, "dec_self", layer)
+        cross_v = build_variant(cfg.variant_for("enc_dec", layer), m, "enc_dec", layer)
+        self.self_attn = MultiHeadAttention(m, self_v, causal=True)
+        self.cross_attn = MultiHeadAttention(m, cross_v)
+        self.ffn = FeedForward(m)
+        self.sub1, self.sub2, self.sub3 = Sublayer(m), Sublayer(m), Sublayer(m)
+
+    def forward(
+        self, y: Tensor, memory: Tensor, self_ctx: AttnContext, cross_ctx: AttnContext
+    ) -> Tensor:
+        y = self.sub1(y, lambda h: self.self_attn(h, h, self_ctx))
+        y = self.sub2(y, lambda h: self.cross_attn(h, memory, cross_ctx))
+        return self.sub3(y, self.ffn)
+
+
+def sinusoids(n: int, d: int) -> Tensor:
+    """Sinusoidal position encodings ``[n, d]`` (Vaswani et al. 2017)."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    i = torch.arange(0, d, 2, dtype=torch.float32)
+    angle = pos / torch.pow(10000.0, i / d)
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : d // 2])
+    return pe
+
+
+@dataclass
+class Encoded:
+    """Encoder output and what the decoder's cross-attention needs about the source."""
+
+    memory: Tensor
+    src_pad: Tensor
+    syntax: dict[str, Tensor] = field(default_factory=dict)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder NMT model; ``forward`` returns logits ``[B, T, V]``."""
+
+    def __init__(self, cfg: TrainConfig, vocab_size: int) -> None:
+        super().__init__()
+        m = cfg.model
+        self.cfg = cfg
+        self.d = m.d_model
+        self.vocab_size = vocab_size
+        self.embed = nn.Embedding(vocab_size, m.d_model, padding_idx=PAD_ID)
+        nn.init.normal_(self.embed.weight, 0.0, m.d_model**-0.5)
+        with torch.no_grad():
+            self.embed.weight[PAD_ID].zero_()
+        if m.tie_embeddings:
+            self.tgt_embed = self.embed
+        else:
+            self.tgt_embed = nn.Embedding(vocab_size, m.d_model, padding_idx=PAD_ID)
+            nn.init.normal_(self.tgt_embed.weight, 0.0, m.d_model**-0.5)
+        self.register_buffer("pe", sinusoids(m.max_positions, m.d_model), persistent=False)
+        self.drop = nn.Dropout(m.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg, i) for i in range(m.enc_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, i) for i in range(m.dec_layers))
+        self.enc_norm = nn.LayerNorm(m.d_model) if m.final_norm else nn.Identity()
+        self.dec_norm = nn.LayerNorm(m.d_model) if m.final_norm else nn.Identity()
+        self.out_bias = nn.Parameter(torch.zeros(vocab_size)) if m.output_bias else None
+        self.out_weight = None if m.tie_embeddings else nn.Parameter(torch.empty(vocab_size, m.d_model))
+        if self.out_weight is not None:
+            nn.init.normal_(self.out_weight, 0.0, m.d_model**-0.5)
+        self.state: dict[str, int] = {"update": 0, "epoch": 0}
+
+    def attention_modules(self) -> list[tuple[AttentionType, int, MultiHeadAttention]]:
+        """Every attention module with its type and layer."""
+        mods: list[tuple[AttentionType, int, MultiHeadAttention]] = []
+        for i, layer in enumerate(self.encoder):
+            mods.append(("enc_self", i, layer.self_attn))
+        for i, layer in enumerate(self.decoder):
+            mods.append(("dec_self", i, layer.self_attn))
+            mods.append(("enc_dec", i, layer.cross_attn))
+        return mods
+
+    def syntax_features(self) -> tuple[str, ...]:
+        """The syntax features some variant of this model needs in each batch."""
+        names: dict[str, None] = {}
+        for _, _, mod in self.attention_modules():
+            names.update(dict.fromkeys(mod.variant.features))
+        return tuple(names)
+
+    def _embed(self, emb: nn.Embedding, ids: Tensor) -> Tensor:
+        x = emb(ids) * math.sqrt(self.d) + self.pe[: ids.shape[1]]
+        return self.drop(x)
+
+    def encode(self, src: Tensor, syntax: dict[str, Tensor] | None = None) -> Encoded:
+        src_pad = src.eq(PAD_ID)
+        syn = syntax or {}
+        x = self._embed(self.embed, src)
+        for i, layer in enumerate(self.encoder):
+            ctx = AttnContext("enc_self", i, src_pad, src_pad, syn, self.state)
+            x = layer(x, ctx)
+        return Encoded(self.enc_norm(x), src_pad, syn)
+
+    def decode(self, tgt_in: Tensor, enc: Encoded) -> Tensor:
+        """Logits ``[B, T, V]`` for every target prefix position."""
+        tgt_pad = tgt_in.eq(PAD_ID)
+        y = self._embed(self.tgt_embed, tgt_in)
+        for i, layer in enumerate(self.decoder):
+            self_ctx = AttnContext("dec_self", i, tgt_pad, tgt_pad, enc.syntax, self.state)
+            cross_ctx = AttnContext("enc_dec", i, enc.src_pad, tgt_pad, enc.syntax, self.state)
+            y = layer(y, enc.memory, self_ctx, cross_ctx)
+        y = self.dec_norm(y)
+        weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
+        return F.linear(y, weight, self.out_bias)
+
+    def forward(self, src: Tensor, tgt_in: Tensor, syntax: dict[str, Tensor] | None = None) -> Tensor:
+        return self.decode(tgt_in, self.encode(src, syntax))
+
+    def aux_loss(self) -> Tensor | None:
+        """Sum of the variants' auxiliary losses from the last forward pass."""
+        losses = [l for _, _, m in self.attention_modules() if (l := m.variant.aux_loss()) is not None]
+        return torch.stack(losses).sum() if losses else None
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters (tied matrices once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,139 @@
+"""The one extension point of multi-head attention, and the registry variants join by name.
+
+A variant is an ``nn.Module`` attached to one attention module (one type, one layer). The
+attention calls its hooks in this order; each default is vanilla behaviour:
+
+1. ``logit_bias``  (a) an additive bias or ``-inf`` mask on the logits, per head or shared;
+2. ``needs_probs`` (e) whether this call must materialise the probabilities (else fused SDPA);
+3. ``observe``     (e) sees the probabilities when they exist (analysis, auxiliary losses);
+4. ``head_outputs``(b) replaces or gates the per-head outputs;
+5. ``aggregate``   (c) replaces the output projection (head aggregation);
+6. ``aux_loss``    (d) an auxiliary loss added to the training loss (collected after forward).
+
+The trainer never branches on variant names: ``build_variant`` looks the name up here and
+validates the options with the variant's typed config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import Tensor, nn
+
+from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
+
+
+@dataclass
+class AttnContext:
+    """What a variant may read about the current call.
+
+    Attributes:
+        kind: ``enc_self``, ``dec_self`` or ``enc_dec``.
+        layer: 0-based layer index within its stack.
+        key_padding: ``[B, Tk]`` True at padded keys.
+        query_padding: ``[B, Tq]`` True at padded queries.
+        syntax: per-batch syntax tensors (source side, subword level), by feature name.
+        state: training progress (``update``, ``epoch``) for schedules such as pre-warm-up.
+    """
+
+    kind: AttentionType
+    layer: int
+    key_padding: Tensor | None
+    query_padding: Tensor | None
+    syntax: dict[str, Tensor] = field(default_factory=dict)
+    state: dict[str, int] = field(default_factory=dict)
+
+
+class VariantConfig(BaseModel):
+    """Base of every variant's typed options (unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AttentionVariant(nn.Module):
+    """Vanilla attention; subclasses override the hooks they need.
+
+    Class attributes:
+        features: syntax features the batch must carry (``synattn_shared.materialise`` names).
+    """
+
+    features: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self, config: VariantConfig, model: ModelConfig, kind: AttentionType, layer: int
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.heads = model.heads
+        self.d_head = model.d_model // model.heads
+        self.kind = kind
+        self.layer = layer
+
+    def logit_bias(self, q: Tensor, k: Tensor, ctx: AttnContext) -> Tensor | None:
+        """Additive logit bias ``[B|1, H|1, Tq, Tk]`` (``-inf`` blocks), or None."""
+        return None
+
+    def needs_probs(self, ctx: AttnContext) -> bool:
+        """True when this call must compute explicit probabilities (no fused kernel)."""
+        return False
+
+    def observe(self, probs: Tensor, ctx: AttnContext) -> None:
+        """See the attention probabilities ``[B, H, Tq, Tk]`` (only when they were computed)."""
+
+    def head_outputs(self, heads: Tensor, ctx: AttnContext) -> Tensor:
+        """Per-head outputs ``[B, H, Tq, d_head]``; return them gated or replaced."""
+        return heads
+
+    def aggregate(self, heads: Tensor, out_proj: nn.Linear, ctx: AttnContext) -> Tensor | None:
+        """Replace the head aggregation: return ``[B, Tq, d_model]``, or None for concat + proj."""
+        return None
+
+    def aux_loss(self) -> Tensor | None:
+        """An auxiliary loss from the last forward pass, or None."""
+        return None
+
+
+class VanillaConfig(VariantConfig):
+    """Vanilla attention has no options."""
+
+
+REGISTRY: dict[str, tuple[type[AttentionVariant], type[VariantConfig]]] = {}
+
+
+def register(
+    name: str, config: type[VariantConfig]
+) -> Callable[[type[AttentionVariant]], type[AttentionVariant]]:
+    """Class decorator: make a variant selectable by ``name`` with options of type ``config``."""
+
+    def deco(cls: type[AttentionVariant]) -> type[AttentionVariant]:
+        if name in REGISTRY:
+            raise ValueError(f"variant {name!r} is registered twice")
+        REGISTRY[name] = (cls, config)
+        return cls
+
+    return deco
+
+
+register("vanilla", VanillaConfig)(AttentionVariant)
+
+
+def build_variant(
+    spec: VariantSpec, model: ModelConfig, kind: AttentionType, layer: int
+) -> AttentionVariant:
+    """The variant module for one attention module.
+
+    Raises:
+        ValueError: unknown name or invalid options (the message names both).
+    """
+    if spec.name not in REGISTRY:
+        raise ValueError(f"unknown attention variant {spec.name!r}; known: {sorted(REGISTRY)}")
+    cls, config_cls = REGISTRY[spec.name]
+    try:
+        config = config_cls.model_validate(spec.options)
+    except Exception as exc:
+        raise ValueError(f"variant {spec.name!r} on {kind} layer {layer}: {exc}") from None
+    return cls(config, model, kind, layer)
