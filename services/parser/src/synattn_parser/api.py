@@ -158,9 +158,10 @@ def _parse_in_model_process(
 class ParserPool:
     """Loaded backends and their micro-batchers, all served by one model worker.
 
-    The worker is a separate process by default (``PARSER_MODEL_PROCESS``): parsing then never
-    holds the GIL the HTTP event loop needs, which is worth ~1.5x throughput under concurrency.
-    One worker means one model instance per backend (stanza is not thread-safe).
+    The worker is one thread by default; ``PARSER_MODEL_PROCESS=true`` moves it to a child
+    process (parsing then never holds the HTTP loop's GIL; on a 2-core machine shared with the
+    load generator it measured slower, bench/parse.py). One worker means one model instance per
+    backend (stanza is not thread-safe).
     """
 
     def __init__(self, settings: ParserSettings, metrics: ParserMetrics) -> None:
@@ -246,7 +247,9 @@ class ParserPool:
     async def close(self) -> None:
         for batcher in self.batchers.values():
             await batcher.stop()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        # join a model process so it never outlives the server
+        wait = isinstance(self.executor, ProcessPoolExecutor)
+        await asyncio.to_thread(self.executor.shutdown, wait=wait, cancel_futures=True)
 
 
 RECORD_FIELDS = (

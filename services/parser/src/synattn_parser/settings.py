@@ -34,7 +34,7 @@ class ParserSettings(BaseSettings):
     max_body_bytes: int = Field(1_000_000, ge=1024, description="request body size")
     batch_max_size: int = Field(256, ge=1, description="sentences per nlp.pipe micro-batch")
     batch_max_wait_ms: float = Field(4.0, ge=0, description="wait for more requests to batch")
-    model_process: bool = True  # parse in a child process, off the HTTP process's GIL
+    model_process: bool = False  # parse in a child process instead of a thread
     preload: bool = True  # load the model at start-up (ready only once it is loaded)
 
 

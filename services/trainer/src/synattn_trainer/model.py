@@ -18,7 +18,12 @@ from synattn_trainer.variants import AttentionVariant, AttnContext, build_varian
 
 
 def combine_masks(
-    key_padding: Tensor | None, causal: bool, bias: Tensor | None, tq: int, tk: int, device: torch.device
+    key_padding: Tensor | None,
+    causal: bool,
+    bias: Tensor | None,
+    tq: int,
+    tk: int,
+    device: torch.device,
 ) -> Tensor | None:
     """One additive float mask ``[B|1, H|1, Tq, Tk]``: padding and future keys are ``-inf``."""
     mask: Tensor | None = None
@@ -185,7 +190,9 @@ class Transformer(nn.Module):
         self.enc_norm = nn.LayerNorm(m.d_model) if m.final_norm else nn.Identity()
         self.dec_norm = nn.LayerNorm(m.d_model) if m.final_norm else nn.Identity()
         self.out_bias = nn.Parameter(torch.zeros(vocab_size)) if m.output_bias else None
-        self.out_weight = None if m.tie_embeddings else nn.Parameter(torch.empty(vocab_size, m.d_model))
+        self.out_weight = (
+            None if m.tie_embeddings else nn.Parameter(torch.empty(vocab_size, m.d_model))
+        )
         if self.out_weight is not None:
             nn.init.normal_(self.out_weight, 0.0, m.d_model**-0.5)
         self.state: dict[str, int] = {"update": 0, "epoch": 0}
@@ -232,12 +239,16 @@ class Transformer(nn.Module):
         weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
         return F.linear(y, weight, self.out_bias)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, syntax: dict[str, Tensor] | None = None) -> Tensor:
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, syntax: dict[str, Tensor] | None = None
+    ) -> Tensor:
         return self.decode(tgt_in, self.encode(src, syntax))
 
     def aux_loss(self) -> Tensor | None:
         """Sum of the variants' auxiliary losses from the last forward pass."""
-        losses = [l for _, _, m in self.attention_modules() if (l := m.variant.aux_loss()) is not None]
+        losses = [
+            l for _, _, m in self.attention_modules() if (l := m.variant.aux_loss()) is not None
+        ]
         return torch.stack(losses).sum() if losses else None
 
 

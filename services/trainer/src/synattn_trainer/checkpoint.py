@@ -1,0 +1,85 @@
+"""Atomic checkpoints with everything an exact resume needs, and checkpoint averaging."""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CKPT_GLOB = "ckpt-*.pt"
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch (CPU and CUDA) generator states."""
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temporary file, fsync, rename: a killed process leaves no torn file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def checkpoints(directory: Path) -> list[Path]:
+    """Checkpoints in update order."""
+    return sorted(directory.glob(CKPT_GLOB))
+
+
+def latest(directory: Path) -> Path | None:
+    ckpts = checkpoints(directory)
+    return ckpts[-1] if ckpts else None
+
+
+def prune(directory: Path, keep: int) -> None:
+    for old in checkpoints(directory)[:-keep]:
+        old.unlink(missing_ok=True)
+
+
+def average(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the models' parameters (integer buffers from the last one)."""
+    if not paths:
+        raise ValueError("no checkpoints to average")
+    avg: dict[str, torch.Tensor] = {}
+    for p in paths:
+        state = torch.load(p, map_location="cpu", weights_only=False)["model"]
+        for k, v in state.items():
+            if v.is_floating_point():
+                avg[k] = avg.get(k, torch.zeros_like(v, dtype=torch.float64)) + v.double()
+            else:
+                avg[k] = v
+    return {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in avg.items()}

@@ -1,0 +1,103 @@
+"""Scoring with sacreBLEU: BLEU and chrF with signatures, paired bootstrap against another
+system (Koehn 2004, through sacreBLEU), and BLEU by source-length bins (METHODS-heads §5.6-5.7)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sacrebleu.metrics import BLEU, CHRF
+
+LENGTH_BINS = ((1, 10), (11, 20), (21, 30), (31, 10_000))
+
+
+@dataclass(frozen=True)
+class Score:
+    """A corpus score and the sacreBLEU signature that makes it reproducible."""
+
+    name: str
+    score: float
+    signature: str
+    detail: str
+
+
+def corpus_bleu(hyps: Sequence[str], refs: Sequence[str], lowercase: bool = False) -> Score:
+    """Detokenised corpus BLEU (13a tokenisation, cased unless ``lowercase``)."""
+    _check(hyps, refs)
+    metric = BLEU(lowercase=lowercase)
+    res = metric.corpus_score(list(hyps), [list(refs)])
+    return Score("BLEU", res.score, str(metric.get_signature()), str(res))
+
+
+def corpus_chrf(hyps: Sequence[str], refs: Sequence[str]) -> Score:
+    """Corpus chrF2."""
+    _check(hyps, refs)
+    metric = CHRF()
+    res = metric.corpus_score(list(hyps), [list(refs)])
+    return Score("chrF", res.score, str(metric.get_signature()), str(res))
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    """System vs baseline under paired bootstrap resampling."""
+
+    baseline: float
+    system: float
+    p_value: float
+    ci95: tuple[float, float]  # the system's 95% confidence interval
+    samples: int
+
+
+def paired_bootstrap(
+    system: Sequence[str],
+    baseline: Sequence[str],
+    refs: Sequence[str],
+    samples: int = 1000,
+    seed: int = 12345,
+) -> PairedResult:
+    """sacreBLEU's paired bootstrap test (``--paired-bs``) of BLEU, system against baseline."""
+    import os
+
+    from sacrebleu.significance import PairedTest
+
+    _check(system, refs)
+    _check(baseline, refs)
+    os.environ.setdefault("SACREBLEU_SEED", str(seed))
+    metric = BLEU(references=[list(refs)])
+    test = PairedTest(
+        [("baseline", list(baseline)), ("system", list(system))],
+        {"BLEU": metric},
+        references=None,
+        test_type="bs",
+        n_samples=samples,
+    )
+    _, results = test()
+    base, sys_ = results["BLEU"]
+    return PairedResult(
+        baseline=base.score,
+        system=sys_.score,
+        p_value=float(sys_.p_value),
+        ci95=(sys_.mean - sys_.ci, sys_.mean + sys_.ci),
+        samples=samples,
+    )
+
+
+def bleu_by_length(
+    hyps: Sequence[str], refs: Sequence[str], src_lengths: Sequence[int]
+) -> list[tuple[str, int, float]]:
+    """BLEU per source-length bin (in words): ``(bin, sentences, BLEU)``."""
+    _check(hyps, refs)
+    out = []
+    for lo, hi in LENGTH_BINS:
+        idx = [k for k, n in enumerate(src_lengths) if lo <= n <= hi]
+        if not idx:
+            continue
+        label = f"{lo}-{hi}" if hi < 10_000 else f"{lo}+"
+        score = corpus_bleu([hyps[k] for k in idx], [refs[k] for k in idx]).score
+        out.append((label, len(idx), score))
+    return out
+
+
+def _check(hyps: Sequence[str], refs: Sequence[str]) -> None:
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")

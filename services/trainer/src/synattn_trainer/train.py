@@ -1,0 +1,445 @@
+"""The training loop: Adam + warm-up/inverse-sqrt, label smoothing, accumulation, clipping,
+bf16 autocast on GPU, atomic checkpoints with exact resume, averaging, validation, metrics.
+
+Data-parallel training: launch with ``torchrun --nproc_per_node N -m synattn_trainer.cli_train``
+(gloo on CPU, NCCL on GPU). Each rank takes every N-th batch of the same epoch order; the loss is
+normalised by the global token count, so the update equals the single-process one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from synattn_trainer import checkpoint as ck
+from synattn_trainer.config import TrainConfig
+from synattn_trainer.data import (
+    Batch,
+    Corpus,
+    EpochIterator,
+    load_corpus,
+    make_batch,
+    token_batches,
+)
+from synattn_trainer.model import Transformer, count_parameters
+from synattn_trainer.tokenizer import PAD_ID, load_tokenizer
+
+
+def lr_factor(step: int, warmup: int) -> float:
+    """Linear warm-up to 1 over ``warmup`` updates, then ``sqrt(warmup / step)`` (§6.3)."""
+    step = max(step, 1)
+    return min(step / warmup, math.sqrt(warmup / step))
+
+
+def token_loss(logits: Tensor, gold: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed cross-entropy and summed NLL over non-padding tokens."""
+    flat = logits.float().view(-1, logits.shape[-1])
+    g = gold.reshape(-1)
+    loss = F.cross_entropy(
+        flat, g, ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum"
+    )
+    nll = F.cross_entropy(flat, g, ignore_index=PAD_ID, reduction="sum")
+    return loss, nll
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def global_sum(x: float, device: torch.device) -> float:
+    """Sum of a number over all ranks (itself when not distributed)."""
+    _, n = world()
+    if n == 1:
+        return x
+    t = torch.tensor([x], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def update_loss(
+    model: nn.Module, batch: Batch, smoothing: float, global_tokens: float
+) -> tuple[Tensor, float, float]:
+    """This rank's share of the update loss: summed loss / global target tokens x world size.
+
+    DDP averages gradients over ranks, so multiplying by the world size makes the update the
+    gradient of (total loss / total tokens), exactly what one process would compute.
+    """
+    _, n = world()
+    logits = model(batch.src, batch.tgt_in, batch.syntax)
+    loss, nll = token_loss(logits, batch.tgt_out, smoothing)
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    aux = inner.aux_loss()
+    total = loss
+    if aux is not None:
+        total = total + aux * batch.ntokens
+    return total * n / global_tokens, float(loss), float(nll)
+
+
+@dataclass
+class TrainResult:
+    """Where a run ended."""
+
+    update: int
+    epoch: int
+    best_valid_loss: float
+    checkpoint: Path | None
+    averaged: Path | None
+    stopped: str  # "max_updates", "max_epochs", "patience", "interrupted", "cancelled"
+
+
+class Trainer:
+    """One training run in ``out_dir`` (checkpoints/, metrics.jsonl, tb/, config.json)."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        out_dir: str | Path,
+        device: torch.device | None = None,
+        progress: bool = True,
+        limit: int | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.out = Path(out_dir)
+        self.ckpt_dir = self.out / "checkpoints"
+        self.rank, self.world = world()
+        if device is None:
+            device = (
+                torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+                if torch.cuda.is_available()
+                else torch.device("cpu")
+            )
+        self.device = device
+        self.progress = progress and self.rank == 0
+        ck.seed_everything(cfg.train.seed)
+        self.tok = load_tokenizer(cfg.data.tokenizer)
+        self.train_data = load_corpus(cfg.data.train, self.tok, cfg.data.max_len, limit)
+        self.valid_data = load_corpus(cfg.data.valid, self.tok)
+        self.model = Transformer(cfg, self.tok.get_vocab_size()).to(device)
+        self.features = self.model.syntax_features()
+        self.net: nn.Module = self.model
+        if self.world > 1:
+            self.net = nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[device.index] if device.type == "cuda" else None
+            )
+        o = cfg.optim
+        self.optim = torch.optim.Adam(
+            self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        )
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.optim, lambda step: lr_factor(step + 1, o.warmup)
+        )
+        use_bf16 = cfg.train.precision == "bf16" or (
+            cfg.train.precision == "auto" and device.type == "cuda"
+        )
+        self.autocast_dtype = torch.bfloat16 if use_bf16 else None
+        self.update = 0
+        self.epoch = 0
+        self.position = 0  # batches of the current epoch already consumed
+        self.best_valid = math.inf
+        self.bad_epochs = 0
+        self._tb: Any = None
+
+    # ---------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optim": self.optim.state_dict(),
+            "sched": self.sched.state_dict(),
+            "update": self.update,
+            "epoch": self.epoch,
+            "position": self.position,
+            "best_valid": self.best_valid,
+            "bad_epochs": self.bad_epochs,
+            "rng": ck.rng_state(),
+            "config": self.cfg.model_dump(mode="json"),
+            "vocab_size": self.tok.get_vocab_size(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optim.load_state_dict(state["optim"])
+        self.sched.load_state_dict(state["sched"])
+        self.update = state["update"]
+        self.epoch = state["epoch"]
+        self.position = state["position"]
+        self.best_valid = state["best_valid"]
+        self.bad_epochs = state["bad_epochs"]
+        ck.set_rng_state(state["rng"])
+
+    def save(self) -> Path | None:
+        """Write ``ckpt-<update>.pt`` atomically (rank 0) and keep the newest ones."""
+        if self.rank != 0:
+            return None
+        path = self.ckpt_dir / f"ckpt-{self.update:08d}.pt"
+        ck.atomic_save(self.state_dict(), path)
+        ck.prune(self.ckpt_dir, max(self.cfg.train.keep_checkpoints, self.cfg.train.average_last))
+        return path
+
+    def resume(self) -> bool:
+        """Continue from the newest checkpoint when there is one."""
+        last = ck.latest(self.ckpt_dir)
+        if last is None:
+            return False
+        self.load_state_dict(torch.load(last, map_location=self.device, weights_only=False))
+        return True
+
+    # ---------------------------------------------------------------- logging
+    def log(self, record: dict[str, Any]) -> None:
+        if self.rank != 0:
+            return
+        record = {"time": round(time.time(), 3), **record}
+        self.out.mkdir(parents=True, exist_ok=True)
+        with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self._tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.out / "tb"))
+            except ImportError:  # pragma: no cover - tensorboard is a dependency
+                self._tb = False
+        if self._tb:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k not in ("time", "update", "epoch"):
+                    self._tb.add_scalar(f"{record.get('event', 'x')}/{k}", v, self.update)
+
+    # ---------------------------------------------------------------- loop
+    def _forward_backward(self, batch: Batch, global_tokens: float) -> tuple[float, float]:
+        ctx = (
+            torch.autocast(self.device.type, dtype=self.autocast_dtype)
+            if self.autocast_dtype is not None
+            else torch.autocast(self.device.type, enabled=False)
+        )
+        with ctx:
+            loss, raw, nll = update_loss(
+                self.net, batch, self.cfg.optim.label_smoothing, global_tokens
+            )
+        loss.backward()
+        return raw, nll
+
+    def train(
+        self,
+        stop_after_updates: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        on_update: Callable[[dict[str, Any]], None] | None = None,
+    ) -> TrainResult:
+        """Train until a limit; ``stop_after_updates`` ends early (tests of resume), and
+        ``should_stop`` is checked between updates (job cancellation)."""
+        cfg = self.cfg
+        resumed = self.resume()
+        if self.rank == 0:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "config.json").write_text(cfg.model_dump_json(indent=2), encoding="utf-8")
+        self.log(
+            {
+                "event": "start",
+                "resumed": resumed,
+                "update": self.update,
+                "epoch": self.epoch,
+                "parameters": count_parameters(self.model),
+                "train_pairs": len(self.train_data),
+                "device": str(self.device),
+                "world": self.world,
+            }
+        )
+        stopped = "max_epochs"
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.train.max_updates, initial=self.update, unit="upd", disable=None)
+        tokens_seen = 0
+        t0 = time.perf_counter()
+        while self.epoch < cfg.train.max_epochs:
+            it = EpochIterator(
+                self.train_data, cfg.data.max_tokens, cfg.train.seed, self.epoch,
+                self.position, self.rank, self.world,
+            )  # fmt: skip
+            self.model.train()
+            pending: list[list[int]] = []
+            for index in it:
+                pending.append(index)
+                if len(pending) < cfg.optim.accumulate:
+                    continue
+                self.model.state.update(update=self.update, epoch=self.epoch)
+                batches = [
+                    make_batch(self.train_data, b, self.features).to(self.device) for b in pending
+                ]
+                pending = []
+                global_tokens = global_sum(sum(b.ntokens for b in batches), self.device)
+                loss_sum = nll_sum = 0.0
+                for b in batches:
+                    raw, nll = self._forward_backward(b, global_tokens)
+                    loss_sum += raw
+                    nll_sum += nll
+                if cfg.optim.clip_norm > 0:
+                    nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)
+                self.optim.step()
+                self.sched.step()
+                self.optim.zero_grad(set_to_none=True)
+                self.update += 1
+                self.position = it.position
+                local_tokens = sum(b.ntokens for b in batches)
+                tokens_seen += local_tokens
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss_sum / max(local_tokens, 1):.3f}", ep=self.epoch)
+                if self.update % cfg.train.log_every == 0 or self.update == 1:
+                    rec = {
+                        "event": "update", "update": self.update, "epoch": self.epoch,
+                        "loss": loss_sum / max(local_tokens, 1),
+                        "nll": nll_sum / max(local_tokens, 1),
+                        "lr": self.sched.get_last_lr()[0],
+                        "tokens_per_s": tokens_seen * self.world / (time.perf_counter() - t0),
+                    }  # fmt: skip
+                    self.log(rec)
+                    if on_update is not None:
+                        on_update(rec)
+                every = cfg.train.checkpoint_every_updates
+                if every and self.update % every == 0:
+                    self.save()
+                if self.update >= cfg.train.max_updates:
+                    stopped = "max_updates"
+                    break
+                if stop_after_updates is not None and self.update >= stop_after_updates:
+                    stopped = "interrupted"
+                    break
+                if should_stop is not None and should_stop():
+                    stopped = "cancelled"
+                    break
+            if stopped in ("interrupted", "cancelled"):
+                self.save()
+                break
+            if stopped != "max_updates":
+                self.epoch += 1
+                self.position = 0
+            self._end_of_epoch()
+            if stopped == "max_updates":
+                break
+            if cfg.train.patience and self.bad_epochs >= cfg.train.patience:
+                stopped = "patience"
+                break
+        if bar is not None:
+            bar.close()
+        averaged = self.average() if stopped not in ("interrupted", "cancelled") else None
+        self.log({"event": "end", "update": self.update, "epoch": self.epoch, "stopped": stopped})
+        return TrainResult(
+            self.update, self.epoch, self.best_valid, ck.latest(self.ckpt_dir), averaged, stopped
+        )
+
+    def _end_of_epoch(self) -> None:
+        valid = self.validate()
+        if valid["valid_loss"] < self.best_valid - 1e-6:
+            self.best_valid = valid["valid_loss"]
+            self.bad_epochs = 0
+        else:
+            self.bad_epochs += 1
+        rec = {"event": "epoch", "update": self.update, "epoch": self.epoch, **valid}
+        k = self.cfg.train.bleu_every
+        if k and self.rank == 0 and self.epoch % k == 0:
+            from synattn_trainer.evaluate import corpus_bleu
+
+            n = self.cfg.train.bleu_max_sentences or len(self.valid_data)
+            hyps = self.translate(self.valid_data, limit=n)
+            bleu = corpus_bleu(hyps, self.valid_data.refs[:n])
+            rec.update(valid_bleu=bleu.score, bleu_signature=bleu.signature)
+        self.log(rec)
+        self.save()
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Validation loss (label-smoothed) and NLL per target token, and perplexity."""
+        self.model.eval()
+        loss_sum = nll_sum = tokens = 0.0
+        data = self.valid_data
+        for index in token_batches(
+            [len(s) for s in data.src],
+            [len(t) - 1 for t in data.tgt],
+            self.cfg.data.max_tokens,
+            0,
+            -1,
+        ):
+            b = make_batch(data, index, self.features).to(self.device)
+            logits = self.model(b.src, b.tgt_in, b.syntax)
+            loss, nll = token_loss(logits, b.tgt_out, self.cfg.optim.label_smoothing)
+            loss_sum += float(loss)
+            nll_sum += float(nll)
+            tokens += b.ntokens
+        self.model.train()
+        return {
+            "valid_loss": loss_sum / tokens,
+            "valid_nll": nll_sum / tokens,
+            "valid_ppl": math.exp(min(nll_sum / tokens, 50)),
+        }
+
+    @torch.no_grad()
+    def translate(self, data: Corpus, limit: int | None = None) -> list[str]:
+        """Beam-search translations of a split (detokenised)."""
+        from synattn_trainer.decode import beam_search
+        from synattn_trainer.tokenizer import decode
+
+        self.model.eval()
+        n = len(data) if limit is None else min(limit, len(data))
+        d = self.cfg.decode
+        out: list[str] = []
+        for start in range(0, n, d.batch_sentences):
+            index = list(range(start, min(n, start + d.batch_sentences)))
+            b = make_batch(data, index, self.features).to(self.device)
+            ids = beam_search(
+                self.model,
+                b.src,
+                b.syntax,
+                d.beam,
+                d.lenpen,
+                d.lenpen_form,
+                d.max_len_a,
+                d.max_len_b,
+            )
+            out.extend(decode(self.tok, ids))
+        self.model.train()
+        return out
+
+    def average(self) -> Path | None:
+        """Average the last N checkpoints into ``averaged.pt`` (model weights and config)."""
+        if self.rank != 0:
+            return None
+        paths = ck.checkpoints(self.ckpt_dir)[-self.cfg.train.average_last :]
+        if not paths:
+            return None
+        state = {
+            "model": ck.average(paths),
+            "config": self.cfg.model_dump(mode="json"),
+            "vocab_size": self.tok.get_vocab_size(),
+            "averaged": [p.name for p in paths],
+        }
+        target = self.out / "averaged.pt"
+        ck.atomic_save(state, target)
+        return target
+
+
+def load_model(
+    path: str | Path, device: torch.device | None = None
+) -> tuple[Transformer, TrainConfig]:
+    """A model from a checkpoint or an averaged file, in eval mode."""
+    state = torch.load(path, map_location=device or "cpu", weights_only=False)
+    cfg = TrainConfig.model_validate(state["config"])
+    model = Transformer(cfg, state["vocab_size"])
+    model.load_state_dict(state["model"])
+    model.eval()
+    if device is not None:
+        model.to(device)
+    return model, cfg
