@@ -115,7 +115,7 @@ class TrainConfig(Strict):
     decode: DecodeConfig = Field(default_factory=DecodeConfig)
 
     def variant_for(self, kind: AttentionType, layer: int) -> VariantSpec:
-        """The variant of layer ``layer`` of attention type ``kind`` (vanilla when none names it)."""
+        """The variant of layer ``layer`` of attention type ``kind`` (vanilla if none is named)."""
         chosen = VariantSpec()
         for spec in self.attention.get(kind, []):
             if spec.layers == "all" or layer in spec.layers:

@@ -21,7 +21,6 @@ from torch import Tensor
 
 from synattn_shared.materialise import MaterialiseOptions, materialise
 from synattn_shared.shards import ShardDataset
-
 from synattn_trainer.tokenizer import PAD_ID, encode_source, encode_target
 
 SYNTAX_COLUMNS = ("words", "dep_head", "upos", "syn_dist", "const_layer", "has_syntax", "tree")
@@ -48,7 +47,11 @@ class Corpus:
 
 
 def load_corpus(
-    shard_dir: str | Path, tok: Tokenizer, max_len: int | None = None, limit: int | None = None
+    shard_dir: str | Path,
+    tok: Tokenizer,
+    max_len: int | None = None,
+    limit: int | None = None,
+    require_tgt: bool = True,
 ) -> Corpus:
     """Read a parsed split and encode it.
 
@@ -57,6 +60,7 @@ def load_corpus(
         tok: the joint vocabulary.
         max_len: drop pairs with a longer source or target (training only).
         limit: keep only the first ``limit`` pairs.
+        require_tgt: refuse shards without a target side (False: translation input).
 
     Raises:
         ValueError: the shards have no target side.
@@ -65,7 +69,9 @@ def load_corpus(
     rows = []
     for row in ds.iter_rows(columns=[*SYNTAX_COLUMNS, "tgt"]):
         if row["tgt"] is None:
-            raise ValueError(f"{shard_dir}: no target side; parse with --tgt")
+            if require_tgt:
+                raise ValueError(f"{shard_dir}: no target side; parse with --tgt")
+            row["tgt"] = ""
         rows.append(row)
         if limit is not None and len(rows) >= limit:
             break

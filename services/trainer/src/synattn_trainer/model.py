@@ -247,7 +247,7 @@ class Transformer(nn.Module):
     def aux_loss(self) -> Tensor | None:
         """Sum of the variants' auxiliary losses from the last forward pass."""
         losses = [
-            l for _, _, m in self.attention_modules() if (l := m.variant.aux_loss()) is not None
+            x for _, _, m in self.attention_modules() if (x := m.variant.aux_loss()) is not None
         ]
         return torch.stack(losses).sum() if losses else None
 

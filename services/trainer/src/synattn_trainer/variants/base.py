@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import torch
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 

@@ -1,0 +1,200 @@
+"""Trainer commands of the ``synattn`` CLI: tokenizer, train, translate, evaluate, score."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from synattn_shared.cli import console, err, fail
+
+
+def tokenizer_train(
+    data: Annotated[list[Path], typer.Option(help="parsed shard directories with a tgt column")],
+    out: Annotated[Path, typer.Option(help="tokenizer.json to write")],
+    vocab_size: Annotated[int, typer.Option(min=100)] = 8000,
+) -> None:
+    """Train the joint BPE vocabulary on source words and target text of the given shards."""
+    from synattn_shared.manifest import write_json
+    from synattn_shared.shards import ShardDataset
+    from synattn_trainer.tokenizer import train_tokenizer
+
+    texts: list[str] = []
+    try:
+        for d in data:
+            for row in ShardDataset(d).iter_rows(columns=["words", "tgt"]):
+                texts.append(" ".join(row["words"]))
+                if row["tgt"] is not None:
+                    texts.append(row["tgt"])
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    tok = train_tokenizer(texts, vocab_size)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tok.save(str(tmp))
+    tmp.replace(out)
+    write_json(
+        out.with_suffix(".meta.json"),
+        {"sources": [str(d) for d in data], "vocab_size": tok.get_vocab_size()},
+    )
+    console.print(f"{out}: {tok.get_vocab_size()} subwords from {len(texts)} texts")
+
+
+def train(
+    config: Annotated[Path, typer.Argument(help="training config (YAML)")],
+    out: Annotated[Path, typer.Option(help="run directory (resumes when it has checkpoints)")],
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="override: key.path=value")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="use only the first N training pairs")] = None,
+) -> None:
+    """Train (or resume) a model; checkpoints, metrics.jsonl and TensorBoard logs go to --out."""
+    import yaml
+    from pydantic import ValidationError
+
+    from synattn_trainer.config import load_config
+    from synattn_trainer.train import Trainer
+
+    overrides = {}
+    for item in set_ or []:
+        if "=" not in item:
+            raise fail(f"--set {item!r}: expected key.path=value")
+        key, value = item.split("=", 1)
+        overrides[key] = yaml.safe_load(value)
+    if not config.is_file():
+        raise fail(f"{config}: no such file")
+    try:
+        cfg = load_config(config, overrides)
+    except (ValidationError, ValueError) as exc:
+        raise fail(f"{config}: {str(exc).splitlines()[0]} ({exc})".replace("\n", " ")) from None
+    try:
+        trainer = Trainer(cfg, out, limit=limit)
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    result = trainer.train()
+    console.print(
+        f"{out}: stopped ({result.stopped}) at update {result.update}, epoch {result.epoch}; "
+        f"best valid loss {result.best_valid_loss:.4f}; averaged {result.averaged}"
+    )
+
+
+def translate(
+    checkpoint: Annotated[Path, typer.Option(help="checkpoint or averaged.pt")],
+    data: Annotated[Path, typer.Option(help="parsed shard directory (source side)")],
+    out: Annotated[Path, typer.Option(help="file for the translations, one per line")],
+    tokenizer: Annotated[Path | None, typer.Option(help="default: the config's tokenizer")] = None,
+    beam: Annotated[int | None, typer.Option(min=1)] = None,
+    lenpen: Annotated[float | None, typer.Option()] = None,
+) -> None:
+    """Translate a parsed split with beam search; writes detokenised text."""
+    from synattn_trainer.inference import translate_split
+
+    try:
+        hyps = translate_split(checkpoint, data, tokenizer, beam, lenpen)
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    tmp.replace(out)
+    console.print(f"{out}: {len(hyps)} translations")
+
+
+def _lines(path: Path) -> list[str]:
+    if not path.is_file():
+        raise fail(f"{path}: no such file")
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
+        return [line.rstrip("\n") for line in fh]
+
+
+def evaluate(
+    hyp: Annotated[Path, typer.Option(help="system output, one sentence per line")],
+    ref: Annotated[Path, typer.Option(help="references (.gz allowed)")],
+    baseline: Annotated[Path | None, typer.Option(help="another system: paired bootstrap")] = None,
+    src: Annotated[Path | None, typer.Option(help="source text: BLEU by length bins")] = None,
+    samples: Annotated[int, typer.Option(min=10)] = 1000,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """BLEU and chrF with sacreBLEU signatures; significance against a baseline; length bins."""
+    from synattn_trainer.evaluate import (
+        bleu_by_length,
+        corpus_bleu,
+        corpus_chrf,
+        paired_bootstrap,
+    )
+
+    hyps, refs = _lines(hyp), _lines(ref)
+    try:
+        bleu = corpus_bleu(hyps, refs)
+        bleu_lc = corpus_bleu(hyps, refs, lowercase=True)
+        chrf = corpus_chrf(hyps, refs)
+        report: dict[str, object] = {
+            "bleu": bleu.score, "bleu_signature": bleu.signature,
+            "bleu_lc": bleu_lc.score, "chrf": chrf.score, "chrf_signature": chrf.signature,
+        }  # fmt: skip
+        if baseline is not None:
+            pb = paired_bootstrap(hyps, _lines(baseline), refs, samples)
+            report["paired_bootstrap"] = {
+                "baseline_bleu": pb.baseline, "p_value": pb.p_value,
+                "ci95": list(pb.ci95), "samples": pb.samples,
+            }  # fmt: skip
+        if src is not None:
+            lengths = [len(s.split()) for s in _lines(src)]
+            report["bleu_by_length"] = [
+                {"bin": b, "sentences": n, "bleu": s}
+                for b, n, s in bleu_by_length(hyps, refs, lengths)
+            ]
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        console.print_json(json.dumps(report))
+        return
+    console.print(f"BLEU {bleu.score:.2f}  {bleu.signature}\n  {bleu.detail}")
+    console.print(f"BLEU (lowercased) {bleu_lc.score:.2f}")
+    console.print(f"chrF {chrf.score:.2f}  {chrf.signature}")
+    if "paired_bootstrap" in report:
+        pb_ = report["paired_bootstrap"]
+        console.print(f"paired bootstrap vs baseline: {pb_}")
+    for row in report.get("bleu_by_length", []):  # type: ignore[union-attr]
+        console.print(
+            f"  src length {row['bin']:>6}: {row['sentences']:5d} sentences  "
+            f"BLEU {row['bleu']:.2f}"
+        )
+
+
+def score(
+    checkpoint: Annotated[Path, typer.Option(help="checkpoint or averaged.pt")],
+    data: Annotated[
+        Path, typer.Option(help="parsed shard directory with the translations as tgt")
+    ],
+    out: Annotated[Path | None, typer.Option(help="write one log-probability per line")] = None,
+) -> None:
+    """Forced-decoding log-probabilities of given translations (contrastive test suites)."""
+    from synattn_trainer.inference import score_split
+
+    try:
+        scores = score_split(checkpoint, data)
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    text = "".join(f"{s:.6f}\n" for s in scores)
+    if out is None:
+        console.print(text, end="")
+    else:
+        out.write_text(text, encoding="utf-8")
+        err.print(f"{out}: {len(scores)} scores")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the trainer's commands to the ``synattn`` CLI (entry point ``synattn.cli``)."""
+    tok_app = typer.Typer(help="Subword vocabulary.", no_args_is_help=True)
+    tok_app.command("train")(tokenizer_train)
+    app.add_typer(tok_app, name="tokenizer")
+    app.command("train")(train)
+    app.command("translate")(translate)
+    app.command("evaluate")(evaluate)
+    app.command("score")(score)

@@ -1,0 +1,62 @@
+"""Translate or score a parsed split with a saved model (CLI and analysis)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from synattn_trainer.data import load_corpus, make_batch
+from synattn_trainer.decode import beam_search, forced_scores
+from synattn_trainer.tokenizer import decode, load_tokenizer
+from synattn_trainer.train import load_model
+
+
+def _device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def translate_split(
+    checkpoint: Path,
+    data: Path,
+    tokenizer: Path | None = None,
+    beam: int | None = None,
+    lenpen: float | None = None,
+) -> list[str]:
+    """Beam-search translations of every row of ``data`` (in row order)."""
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"{checkpoint}: no such checkpoint")
+    device = _device()
+    model, cfg = load_model(checkpoint, device)
+    tok = load_tokenizer(tokenizer or cfg.data.tokenizer)
+    corpus = load_corpus(data, tok, require_tgt=False)
+    d = cfg.decode
+    features = model.syntax_features()
+    out: list[str] = []
+    for start in range(0, len(corpus), d.batch_sentences):
+        index = list(range(start, min(len(corpus), start + d.batch_sentences)))
+        b = make_batch(corpus, index, features).to(device)
+        ids = beam_search(
+            model, b.src, b.syntax, beam or d.beam, d.lenpen if lenpen is None else lenpen,
+            d.lenpen_form, d.max_len_a, d.max_len_b,
+        )  # fmt: skip
+        out.extend(decode(tok, ids))
+    return out
+
+
+def score_split(checkpoint: Path, data: Path) -> list[float]:
+    """Forced-decoding log-probability of each row's ``tgt`` given its source."""
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"{checkpoint}: no such checkpoint")
+    device = _device()
+    model, cfg = load_model(checkpoint, device)
+    tok = load_tokenizer(cfg.data.tokenizer)
+    corpus = load_corpus(data, tok)
+    features = model.syntax_features()
+    out: list[float] = []
+    for start in range(0, len(corpus), 64):
+        index = list(range(start, min(len(corpus), start + 64)))
+        b = make_batch(corpus, index, features).to(device)
+        tgt = torch.cat([b.tgt_in[:, :1], b.tgt_out], 1)
+        out.extend(forced_scores(model, b.src, tgt, b.syntax))
+    return out
