@@ -158,8 +158,14 @@ def evaluate(
     console.print(f"BLEU (lowercased) {bleu_lc.score:.2f}")
     console.print(f"chrF {chrf.score:.2f}  {chrf.signature}")
     if "paired_bootstrap" in report:
-        pb_ = report["paired_bootstrap"]
-        console.print(f"paired bootstrap vs baseline: {pb_}")
+        pb_: dict = report["paired_bootstrap"]  # type: ignore[assignment]
+        lo, hi = pb_["ci95"]
+        console.print(
+            f"paired bootstrap ({pb_['samples']} samples): "
+            f"baseline BLEU {pb_['baseline_bleu']:.2f}"
+            f", p = {pb_['p_value']:.4f}, system 95% CI {lo:.2f}-{hi:.2f}",
+            markup=False,
+        )
     for row in report.get("bleu_by_length", []):  # type: ignore[union-attr]
         console.print(
             f"  src length {row['bin']:>6}: {row['sentences']:5d} sentences  "

@@ -86,7 +86,7 @@ def update_loss(
     total = loss
     if aux is not None:
         total = total + aux * batch.ntokens
-    return total * n / global_tokens, float(loss), float(nll)
+    return total * n / global_tokens, float(loss.detach()), float(nll.detach())
 
 
 @dataclass
