@@ -109,20 +109,22 @@ def test_parser_api_service_command_starts_outside_docker():
         proc.wait(timeout=15)
 
 
-def test_parser_worker_service_command_starts_outside_docker(tmp_path):
+@pytest.mark.parametrize(
+    ("service", "module"),
+    [("parser-worker", "synattn_parser.tasks"), ("trainer-worker", "synattn_trainer.tasks")],
+)
+def test_worker_service_command_starts_outside_docker(service, module):
     import os
 
-    svc = compose()["services"]["parser-worker"]
+    svc = compose()["services"][service]
     cmd = list(svc["command"])
     exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
-    env = {
-        **os.environ,
-        **{k: v.replace("redis:6379", "127.0.0.1:6379") for k, v in svc["environment"].items()},
-    }
+    env = {**os.environ, **svc["environment"]}
     env["SYNATTN_BROKER_URL"] = env["SYNATTN_RESULT_BACKEND"] = "redis://127.0.0.1:6379/14"
-    name = f"compose-check-{os.getpid()}@localhost"
+    name = f"compose-check-{service}-{os.getpid()}@localhost"
+    extra = [] if "--pool" in cmd else ["--pool", "solo"]
     proc = subprocess.Popen(
-        [exe, *cmd[1:], "--pool", "solo", "-n", name, "--without-gossip", "--without-mingle"],
+        [exe, *cmd[1:], *extra, "-n", name, "--without-gossip", "--without-mingle"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -131,24 +133,14 @@ def test_parser_worker_service_command_starts_outside_docker(tmp_path):
         deadline = time.time() + 60
         while True:
             ping = subprocess.run(
-                [
-                    exe,
-                    "-A",
-                    "synattn_parser.tasks",
-                    "inspect",
-                    "ping",
-                    "-d",
-                    name,
-                    "--timeout",
-                    "2",
-                ],
+                [exe, "-A", module, "inspect", "ping", "-d", name, "--timeout", "2"],
                 env=env,
                 capture_output=True,
                 text=True,
             )
             if ping.returncode == 0 and "pong" in ping.stdout:
                 break
-            assert proc.poll() is None, "the parser worker exited"
+            assert proc.poll() is None, f"the {service} exited"
             assert time.time() < deadline, ping.stdout + ping.stderr
     finally:
         proc.terminate()
