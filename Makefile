@@ -20,12 +20,26 @@ $(STAMP): $(PROJECTS) requirements-dev.txt
 	$(BIN)/python -m pip install -q -e shared -e services/parser -e services/trainer -r requirements-dev.txt
 	touch $@
 
+DATA_DIR ?= ../shared/data
+DEMO_PAIRS ?= 6000
+M30K := $(DEMO_OUT)/m30k
+
+# parse a Multi30k subset, learn the vocabulary, train a tiny model, translate and score it
 demo: venv
-	rm -rf $(DEMO_OUT)
-	$(BIN)/synattn features --trees examples/running_example.mrg --out $(DEMO_OUT)/ptb
-	$(BIN)/synattn features --trees examples/running_example.conllu --out $(DEMO_OUT)/conllu
+	$(BIN)/synattn features --trees examples/running_example.mrg --out $(DEMO_OUT)/ptb --overwrite
 	$(BIN)/synattn inspect $(DEMO_OUT)/ptb --row 0
-	$(BIN)/synattn inspect $(DEMO_OUT)/conllu --row 0
+	$(BIN)/python -m synattn_shared.datasets --data-dir $(DATA_DIR) --out $(DEMO_OUT)/raw
+	$(BIN)/synattn parse --src $(DEMO_OUT)/raw/train.en.gz --tgt $(DEMO_OUT)/raw/train.de.gz \
+		--limit $(DEMO_PAIRS) --out $(M30K)/train --workers 2 --rows-per-shard 2000
+	$(BIN)/synattn parse --src $(DEMO_OUT)/raw/val.en.gz --tgt $(DEMO_OUT)/raw/val.de.gz \
+		--out $(M30K)/valid
+	$(BIN)/synattn tokenizer train --data $(M30K)/train --data $(M30K)/valid \
+		--out $(M30K)/tokenizer.json --vocab-size 4000
+	$(BIN)/synattn train examples/configs/demo-tiny.yaml --out $(DEMO_OUT)/runs/vanilla
+	$(BIN)/synattn translate --checkpoint $(DEMO_OUT)/runs/vanilla/averaged.pt \
+		--data $(M30K)/valid --out $(DEMO_OUT)/runs/vanilla/valid.de
+	$(BIN)/synattn evaluate --hyp $(DEMO_OUT)/runs/vanilla/valid.de \
+		--ref $(DEMO_OUT)/raw/val.de.gz --src $(DEMO_OUT)/raw/val.en.gz
 
 lint: venv
 	$(BIN)/ruff check .
@@ -39,6 +53,7 @@ test: lint pytest
 
 bench: venv
 	$(BIN)/python bench/features.py
+	$(BIN)/python bench/parse.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

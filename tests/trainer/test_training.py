@@ -224,3 +224,21 @@ def test_translate_and_evaluate_cli(m30k: dict[str, Path], tmp_path: Path) -> No
     )  # fmt: skip
     assert missing.returncode == 2 and "no such file" in missing.stderr
     assert decode  # the tokenizer's decode is what translate writes
+
+
+def test_incremental_decoding_matches_full_decoding(m30k: dict[str, Path]) -> None:
+    cfg = tiny_config(m30k, model={"norm": "pre", "final_norm": True})
+    tok = load_tokenizer(cfg.data.tokenizer)
+    data = load_corpus(cfg.data.valid, tok)
+    torch.manual_seed(1)
+    model = Transformer(cfg, tok.get_vocab_size()).eval()
+    b = make_batch(data, list(range(6)))
+    enc = model.encode(b.src)
+    prefix = b.tgt_in[:, :8].clone()
+    prefix[3, 5:] = 0  # a finished hypothesis feeds padding
+    cache: list = []
+    with torch.no_grad():
+        for t in range(1, prefix.shape[1] + 1):
+            step = model.decode_step(prefix[:, :t], enc, cache)
+            full = model.decode(prefix[:, :t], enc)[:, -1]
+            torch.testing.assert_close(step, full, rtol=1e-4, atol=1e-5)

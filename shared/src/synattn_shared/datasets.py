@@ -95,3 +95,39 @@ def multi30k_lines(
             if limit is not None and k >= limit:
                 return
             yield line.rstrip("\n")
+
+
+def link_multi30k(data_dir: Path, out: Path, cache_dir: Path | None = None) -> list[Path]:
+    """Verified Multi30k files (local copy or download) linked into ``out`` (nothing copied)."""
+    out.mkdir(parents=True, exist_ok=True)
+    links = []
+    for name, remote in MULTI30K.items():
+        path = fetch(remote, data_dir, "multi30k", cache_dir)
+        link = out / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(path.resolve())
+        links.append(link)
+    return links
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m synattn_shared.datasets --data-dir D --out DIR``: get Multi30k."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(description="Get Multi30k (verified local copy or download).")
+    ap.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "synattn")
+    args = ap.parse_args(argv)
+    try:
+        links = link_multi30k(args.data_dir, args.out, args.cache_dir)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"{args.out}: {len(links)} Multi30k files")
+
+
+if __name__ == "__main__":
+    main()

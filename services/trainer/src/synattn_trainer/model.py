@@ -60,10 +60,30 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.h, self.d_head).transpose(1, 2)
 
-    def forward(self, x: Tensor, memory: Tensor, ctx: AttnContext) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        ctx: AttnContext,
+        cache: dict[str, Tensor] | None = None,
+        static_kv: bool = False,
+    ) -> Tensor:
+        """Attend from ``x`` to ``memory``.
+
+        ``cache`` (incremental decoding): self-attention appends this step's keys and values to
+        the cached ones; with ``static_kv`` (cross-attention) they are computed once and reused.
+        """
         q = self._split(self.q_proj(x))
-        k = self._split(self.k_proj(memory))
-        v = self._split(self.v_proj(memory))
+        if cache is not None and static_kv and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k = self._split(self.k_proj(memory))
+            v = self._split(self.v_proj(memory))
+            if cache is not None:
+                if not static_kv and "k" in cache:
+                    k = torch.cat([cache["k"], k], 2)
+                    v = torch.cat([cache["v"], v], 2)
+                cache["k"], cache["v"] = k, v
         bias = self.variant.logit_bias(q, k, ctx)
         mask = combine_masks(ctx.key_padding, self.causal, bias, q.shape[2], k.shape[2], x.device)
         p_drop = self.dropout if self.training else 0.0
@@ -138,10 +158,17 @@ class DecoderLayer(nn.Module):
         self.sub1, self.sub2, self.sub3 = Sublayer(m), Sublayer(m), Sublayer(m)
 
     def forward(
-        self, y: Tensor, memory: Tensor, self_ctx: AttnContext, cross_ctx: AttnContext
+        self,
+        y: Tensor,
+        memory: Tensor,
+        self_ctx: AttnContext,
+        cross_ctx: AttnContext,
+        cache: dict[str, dict[str, Tensor]] | None = None,
     ) -> Tensor:
-        y = self.sub1(y, lambda h: self.self_attn(h, h, self_ctx))
-        y = self.sub2(y, lambda h: self.cross_attn(h, memory, cross_ctx))
+        sc = None if cache is None else cache.setdefault("self", {})
+        cc = None if cache is None else cache.setdefault("cross", {})
+        y = self.sub1(y, lambda h: self.self_attn(h, h, self_ctx, sc))
+        y = self.sub2(y, lambda h: self.cross_attn(h, memory, cross_ctx, cc, static_kv=True))
         return self.sub3(y, self.ffn)
 
 
@@ -239,6 +266,29 @@ class Transformer(nn.Module):
         weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
         return F.linear(y, weight, self.out_bias)
 
+    def decode_step(
+        self, prefix: Tensor, enc: Encoded, cache: list[dict[str, dict[str, Tensor]]]
+    ) -> Tensor:
+        """Next-token logits ``[B, V]`` given the whole prefix, computing only its last position.
+
+        Earlier positions never change under causal attention, so their keys and values are kept
+        in ``cache`` (one dict per decoder layer; reorder it with ``reorder_cache`` for beams).
+        """
+        t = prefix.shape[1]
+        tgt_pad = prefix.eq(PAD_ID)
+        y = self.tgt_embed(prefix[:, -1:]) * math.sqrt(self.d) + self.pe[t - 1 : t]
+        y = self.drop(y)
+        last_pad = tgt_pad[:, -1:]
+        while len(cache) < len(self.decoder):
+            cache.append({})
+        for i, layer in enumerate(self.decoder):
+            self_ctx = AttnContext("dec_self", i, tgt_pad, last_pad, enc.syntax, self.state)
+            cross_ctx = AttnContext("enc_dec", i, enc.src_pad, last_pad, enc.syntax, self.state)
+            y = layer(y, enc.memory, self_ctx, cross_ctx, cache[i])
+        y = self.dec_norm(y)
+        weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
+        return F.linear(y[:, -1], weight, self.out_bias)
+
     def forward(
         self, src: Tensor, tgt_in: Tensor, syntax: dict[str, Tensor] | None = None
     ) -> Tensor:
@@ -250,6 +300,15 @@ class Transformer(nn.Module):
             x for _, _, m in self.attention_modules() if (x := m.variant.aux_loss()) is not None
         ]
         return torch.stack(losses).sum() if losses else None
+
+
+def reorder_cache(cache: list[dict[str, dict[str, Tensor]]], index: Tensor) -> None:
+    """Select the rows ``index`` of every cached key/value tensor (beam search)."""
+    for layer in cache:
+        for part in layer.values():
+            for key in ("k", "v"):
+                if key in part:
+                    part[key] = part[key].index_select(0, index)
 
 
 def count_parameters(model: nn.Module) -> int:

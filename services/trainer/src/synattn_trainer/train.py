@@ -60,6 +60,12 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
+def init_distributed() -> None:
+    """Join the process group when launched by ``torchrun`` (gloo on CPU, NCCL on GPU)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+
 def global_sum(x: float, device: torch.device) -> float:
     """Sum of a number over all ranks (itself when not distributed)."""
     _, n = world()
@@ -115,6 +121,7 @@ class Trainer:
         self.cfg = cfg
         self.out = Path(out_dir)
         self.ckpt_dir = self.out / "checkpoints"
+        init_distributed()
         self.rank, self.world = world()
         if device is None:
             device = (
