@@ -5,7 +5,8 @@ On the first N Multi30k training sentences, in one run:
   (b) the full pipeline (``synattn parse``: parse, every stored feature, shards), one process,
       and its ratio to (a) (goal >= 0.85); two processes for information;
   (c) the API with 16 concurrent clients sending one sentence per request: sentences/s, p50 and
-      p99 latency, and the ratio to (b) (goal >= 0.7, thanks to micro-batching);
+      p99 latency, and the ratio to (b) (goal >= 0.7, thanks to micro-batching); and with two
+      model processes against the CLI's two processes, for information;
   (d) memory: M sentences through the running API (32 per request); resident memory of the API
       process and its model worker
       after warm-up and at the end (goal: growth < 10%).
@@ -65,9 +66,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server() -> tuple[subprocess.Popen[bytes], str]:
+def start_server(**extra_env: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    env = {**os.environ, "PARSER_MAX_SENTENCES": "256"}
+    env = {**os.environ, "PARSER_MAX_SENTENCES": "256", **extra_env}
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "synattn_parser.api:create_app", "--factory",
          "--port", str(port), "--log-level", "warning", "--no-access-log"],
@@ -172,6 +173,18 @@ def main() -> None:
             f"(d) memory over {len(mem_lines)} sentences: RSS after warm-up ({warm}) "
             f"{rss0 / 2**20:.1f} MiB, at the end {rss1 / 2**20:.1f} MiB, growth "
             f"{(rss1 - rss0) / rss0 * 100:+.1f}% (goal < 10%)"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    proc, url = start_server(PARSER_MODEL_WORKERS="2")
+    try:
+        asyncio.run(clients(url, lines[:300], args.concurrency, 1))  # warm-up
+        rate2, lat2 = asyncio.run(clients(url, lines[: args.n], args.concurrency, 1))
+        print(
+            f"    API, 2 model processes     {rate2:8.1f} sent/s  ratio to CLI --workers 2 "
+            f"{rate2 / full2:.2f}  p50 {percentile(lat2, 0.5) * 1000:.1f} ms  "
+            f"p99 {percentile(lat2, 0.99) * 1000:.1f} ms  (for information)"
         )
     finally:
         proc.terminate()

@@ -215,3 +215,50 @@ def _metric_or0(text: str, labels: str) -> float:
         return _metric(text, "synattn_parser_sentences_total", labels)
     except AssertionError:
         return 0.0
+
+
+def test_several_model_worker_processes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """PARSER_MODEL_WORKERS=2: two model processes, both loaded, joined on shutdown."""
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    from tests.parser.conftest import free_port, wait_ready
+
+    port = free_port()
+    env = {**os.environ, "PARSER_MODEL_WORKERS": "2"}
+    cmd = [sys.executable, "-m", "uvicorn", "synattn_parser.api:create_app", "--factory",
+           "--port", str(port), "--log-level", "warning"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        workers = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+        assert len(workers) == 2
+        with ThreadPoolExecutor(8) as pool:
+            bodies = list(
+                pool.map(
+                    lambda k: httpx.post(
+                        f"{url}/v1/parse", json={"sentences": [f"Cat {k} sat ."]}
+                    ),
+                    range(16),
+                )
+            )
+        assert [b.json()["sentences"][0]["words"][1] for b in bodies] == [
+            str(k) for k in range(16)
+        ]
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    time_left = 50
+    while (
+        any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers) and time_left
+    ):
+        import time
+
+        time.sleep(0.1)
+        time_left -= 1
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)

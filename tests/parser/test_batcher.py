@@ -96,3 +96,28 @@ def test_a_lone_request_is_not_held_back_longer_than_max_wait(wait: float) -> No
         return dt
 
     assert run(main()) < wait + 0.5
+
+
+def test_concurrency_keeps_several_batches_in_flight() -> None:
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def fn(items: list[int]) -> list[int]:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.05)
+        with lock:
+            active -= 1
+        return items
+
+    async def main() -> list[list[int]]:
+        b = MicroBatcher(fn, ThreadPoolExecutor(2), max_size=2, max_wait=0, concurrency=2)
+        out = await asyncio.gather(*(b.submit([k]) for k in range(8)))
+        await b.stop()
+        return out
+
+    assert run(main()) == [[k] for k in range(8)]
+    assert peak == 2

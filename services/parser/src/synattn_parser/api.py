@@ -159,9 +159,8 @@ class ParserPool:
     """Loaded backends and their micro-batchers, all served by one model worker.
 
     The worker is one thread by default; ``PARSER_MODEL_PROCESS=true`` moves it to a child
-    process (parsing then never holds the HTTP loop's GIL; on a 2-core machine shared with the
-    load generator it measured slower, bench/parse.py). One worker means one model instance per
-    backend (stanza is not thread-safe).
+    process, and ``PARSER_MODEL_WORKERS=N`` runs N model processes with one micro-batch in
+    flight each. Each worker holds one instance per backend (stanza is not thread-safe).
     """
 
     def __init__(self, settings: ParserSettings, metrics: ParserMetrics) -> None:
@@ -175,8 +174,9 @@ class ParserPool:
         self._lock = asyncio.Lock()
 
     def _new_executor(self) -> Executor:
-        if self.settings.model_process:
-            return ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))
+        workers = self.settings.model_workers
+        if self.settings.model_process or workers > 1:
+            return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="parser-model")
 
     async def get(self, name: str) -> tuple[ParserInfo, MicroBatcher[tuple[str, Any], RowOrError]]:
@@ -190,9 +190,13 @@ class ParserPool:
                 if name not in self.infos:
                     loop = asyncio.get_running_loop()
                     try:
-                        info = await loop.run_in_executor(
-                            self.executor, _load_in_model_process, name, self._settings_json
-                        )
+                        loads = [
+                            loop.run_in_executor(
+                                self.executor, _load_in_model_process, name, self._settings_json
+                            )
+                            for _ in range(self.settings.model_workers)
+                        ]  # one per worker process (each keeps its own model)
+                        info = (await asyncio.gather(*loads))[0]
                     except BackendUnavailable as exc:
                         self.errors[name] = str(exc)
                         raise
@@ -203,6 +207,7 @@ class ParserPool:
                         max_size=self.settings.batch_max_size,
                         max_wait=self.settings.batch_max_wait_ms / 1000,
                         on_batch=self.metrics.batch_size.observe,
+                        concurrency=self.settings.model_workers,
                     )
                     self.infos[name] = info
         return self.infos[name], self.batchers[name]

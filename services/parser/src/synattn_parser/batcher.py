@@ -34,6 +34,7 @@ class MicroBatcher(Generic[T, R]):
         max_size: most sentences per call (a larger request runs alone, whole).
         max_wait: seconds to wait for more requests after the first one arrives.
         on_batch: called with each batch's size (metrics).
+        concurrency: batches in flight at once (one per model worker).
     """
 
     def __init__(
@@ -43,6 +44,7 @@ class MicroBatcher(Generic[T, R]):
         max_size: int = 256,
         max_wait: float = 0.004,
         on_batch: Callable[[int], None] | None = None,
+        concurrency: int = 1,
     ) -> None:
         self.fn = fn
         self.executor = executor
@@ -51,6 +53,9 @@ class MicroBatcher(Generic[T, R]):
         self.on_batch = on_batch
         self._queue: asyncio.Queue[_Pending[T, R]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self.concurrency = concurrency
+        self._slots: asyncio.Semaphore | None = None
+        self._running: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Start the collector on the running loop."""
@@ -59,6 +64,8 @@ class MicroBatcher(Generic[T, R]):
 
     async def stop(self) -> None:
         """Stop the collector; pending requests get ``CancelledError``."""
+        for task in list(self._running):
+            task.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -76,10 +83,12 @@ class MicroBatcher(Generic[T, R]):
 
     async def _collect(self) -> None:
         loop = asyncio.get_running_loop()
+        self._slots = asyncio.Semaphore(self.concurrency)
         carry: _Pending[T, R] | None = None
         while True:
             first = carry if carry is not None else await self._queue.get()
             carry = None
+            await self._slots.acquire()  # a model worker is free: collect its batch now
             batch = [first]
             size = len(first.items)
             deadline = loop.time() + self.max_wait
@@ -99,6 +108,13 @@ class MicroBatcher(Generic[T, R]):
                     break
                 batch.append(nxt)
                 size += len(nxt.items)
+            task = loop.create_task(self._run(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run(self, batch: list[_Pending[T, R]]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
             live = [p for p in batch if not p.future.done()]
             flat = [item for p in live for item in p.items]
             if self.on_batch is not None:
@@ -109,10 +125,13 @@ class MicroBatcher(Generic[T, R]):
                 for p in live:
                     if not p.future.done():
                         p.future.set_exception(exc)
-                continue
+                return
             start = 0
             for p in live:
                 part = list(results[start : start + len(p.items)])
                 start += len(p.items)
                 if not p.future.done():
                     p.future.set_result(part)
+        finally:
+            assert self._slots is not None
+            self._slots.release()

@@ -35,6 +35,9 @@ class ParserSettings(BaseSettings):
     batch_max_size: int = Field(256, ge=1, description="sentences per nlp.pipe micro-batch")
     batch_max_wait_ms: float = Field(4.0, ge=0, description="wait for more requests to batch")
     model_process: bool = False  # parse in a child process instead of a thread
+    model_workers: int = Field(
+        1, ge=1, le=64, description="model processes (>1 implies processes)"
+    )
     preload: bool = True  # load the model at start-up (ready only once it is loaded)
 
 
