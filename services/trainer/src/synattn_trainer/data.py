@@ -21,13 +21,21 @@ from torch import Tensor
 
 from synattn_shared.materialise import MaterialiseOptions, materialise
 from synattn_shared.shards import ShardDataset
+from synattn_shared.syntax.dependency import dep_hops
+from synattn_shared.syntax.targets import (
+    is_punctuation,
+    lisa_targets,
+    pascal_centres,
+    sla_keep_mask,
+)
 from synattn_trainer.tokenizer import PAD_ID, encode_source, encode_target
 
 SYNTAX_COLUMNS = ("words", "dep_head", "upos", "syn_dist", "const_layer", "has_syntax", "tree")
 # fill for padded positions of each feature (masked anyway by key padding; keeps values finite)
 PAD_FILL: dict[str, Any] = {
     "slr_bias": 0.0, "slr_soft": 1.0, "slr_hard": True, "dea_bias": 0.0, "dea_mask": True,
-    "dep_hops": 255, "rp": 0, "rp_index": 0,
+    "dep_hops": 255, "rp": 0, "rp_index": 0, "sla_keep": True, "lisa_target": 0,
+    "pascal_centre": 0.0,
 }  # fmt: skip
 
 
@@ -155,30 +163,77 @@ def _pad(seqs: Sequence[np.ndarray], fill: int = PAD_ID) -> Tensor:
     return torch.from_numpy(out)
 
 
+VECTOR_FEATURES = {"lisa_target", "pascal_centre"}
+EXTRA_FEATURES = {"lisa_target", "pascal_centre", "sla_keep"}
+MATERIALISE_KEYS = set(MaterialiseOptions.model_fields)
+
+
+def _extra_feature(
+    name: str, row: dict[str, Any], s2w: np.ndarray, opts: dict[str, Any]
+) -> np.ndarray:
+    heads = row["dep_head"]
+    if heads is None:
+        raise ValueError(f"feature {name} needs a dependency parse")
+    if name == "lisa_target":
+        return lisa_targets(heads, s2w)
+    if name == "pascal_centre":
+        return pascal_centres(heads, s2w)
+    if name == "sla_keep":
+        punct = (
+            is_punctuation(row["words"], row.get("upos"))
+            if opts.get("sla_punct_visible", True)
+            else None
+        )
+        keep = sla_keep_mask(
+            dep_hops(heads),
+            int(opts.get("sla_m", 3)),
+            bool(opts.get("sla_neighbour_union", True)),
+            punct,
+            s2w,
+        )
+        if not row["has_syntax"]:
+            keep = np.ones_like(keep)
+        return keep
+    raise ValueError(f"unknown batch feature {name!r}")
+
+
 def syntax_tensors(
-    corpus: Corpus, index: Sequence[int], features: Sequence[str], options: MaterialiseOptions
+    corpus: Corpus,
+    index: Sequence[int],
+    features: Sequence[str],
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Tensor]:
-    """``[B, S, S]`` (or ``[B, S-1]``) subword-level features of a batch, padded to ``S``."""
+    """Subword-level batch features: ``[B, S, S]`` matrices and ``[B, S]`` vectors, padded."""
     if not features:
         return {}
+    opts = options or {}
+    mopts = MaterialiseOptions(**{k: v for k, v in opts.items() if k in MATERIALISE_KEYS})
+    dense = tuple(f for f in features if f not in EXTRA_FEATURES)
     width = max(len(corpus.src[i]) for i in index)
     out: dict[str, list[np.ndarray]] = {name: [] for name in features}
     for i in index:
-        mats = materialise(corpus.rows[i], tuple(features), options, corpus.s2w[i].tolist())
+        s2w = corpus.s2w[i]
+        mats = materialise(corpus.rows[i], dense, mopts, s2w.tolist()) if dense else {}
         for name in features:
-            m = mats[name]
+            m = (
+                _extra_feature(name, corpus.rows[i], s2w, opts)
+                if name in EXTRA_FEATURES
+                else mats[name]
+            )
             if m is None:
                 raise ValueError(f"feature {name} needs a dependency parse (row {i})")
             out[name].append(m)
     tensors: dict[str, Tensor] = {}
     for name, mats_ in out.items():
+        vector = name in VECTOR_FEATURES
         for m, i in zip(mats_, index, strict=True):
             t = len(corpus.src[i])
-            if m.shape != (t, t):
-                raise ValueError(f"feature {name} is not a [T, T] matrix; batches carry matrices")
-        padded = np.full((len(mats_), width, width), PAD_FILL.get(name, 0), dtype=mats_[0].dtype)
+            if m.shape != ((t,) if vector else (t, t)):
+                raise ValueError(f"feature {name} has shape {m.shape} for {t} subwords")
+        shape = (len(mats_), width) if vector else (len(mats_), width, width)
+        padded = np.full(shape, PAD_FILL.get(name, 0), dtype=mats_[0].dtype)
         for k, m in enumerate(mats_):
-            padded[k, : m.shape[0], : m.shape[1]] = m
+            padded[(k, *[slice(0, s) for s in m.shape])] = m
         tensors[name] = torch.from_numpy(padded)
     return tensors
 
@@ -187,7 +242,7 @@ def make_batch(
     corpus: Corpus,
     index: Sequence[int],
     features: Sequence[str] = (),
-    options: MaterialiseOptions | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Batch:
     """Pad one batch; teacher forcing splits ``<s> y </s>`` into input and output."""
     tgt = [corpus.tgt[i] for i in index]
@@ -196,7 +251,7 @@ def make_batch(
         src=_pad([corpus.src[i] for i in index]),
         tgt_in=_pad([t[:-1] for t in tgt]),
         tgt_out=_pad([t[1:] for t in tgt]),
-        syntax=syntax_tensors(corpus, index, features, options or MaterialiseOptions()),
+        syntax=syntax_tensors(corpus, index, features, options),
     )
 
 

@@ -35,7 +35,7 @@ def translate_split(
     out: list[str] = []
     for start in range(0, len(corpus), d.batch_sentences):
         index = list(range(start, min(len(corpus), start + d.batch_sentences)))
-        b = make_batch(corpus, index, features).to(device)
+        b = make_batch(corpus, index, features, model.feature_options()).to(device)
         ids = beam_search(
             model, b.src, b.syntax, beam or d.beam, d.lenpen if lenpen is None else lenpen,
             d.lenpen_form, d.max_len_a, d.max_len_b,
@@ -56,7 +56,7 @@ def score_split(checkpoint: Path, data: Path) -> list[float]:
     out: list[float] = []
     for start in range(0, len(corpus), 64):
         index = list(range(start, min(len(corpus), start + 64)))
-        b = make_batch(corpus, index, features).to(device)
+        b = make_batch(corpus, index, features, model.feature_options()).to(device)
         tgt = torch.cat([b.tgt_in[:, :1], b.tgt_out], 1)
         out.extend(forced_scores(model, b.src, tgt, b.syntax))
     return out

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from synattn_trainer.config import AttentionType, ModelConfig, TrainConfig
-from synattn_trainer.tokenizer import PAD_ID
+from synattn_trainer.tokenizer import EOS_ID, PAD_ID
 from synattn_trainer.variants import AttentionVariant, AttnContext, build_variant
 
 
@@ -84,10 +85,15 @@ class MultiHeadAttention(nn.Module):
                     k = torch.cat([cache["k"], k], 2)
                     v = torch.cat([cache["v"], v], 2)
                 cache["k"], cache["v"] = k, v
+        ctx.layer_input = x
+        p_drop = self.dropout if self.training else 0.0
+        ctx.dropout = p_drop
         bias = self.variant.logit_bias(q, k, ctx)
         mask = combine_masks(ctx.key_padding, self.causal, bias, q.shape[2], k.shape[2], x.device)
-        p_drop = self.dropout if self.training else 0.0
-        if self.keep_probs or self.variant.needs_probs(ctx):
+        replaced = None if self.keep_probs else self.variant.attend(q, k, v, mask, ctx)
+        if replaced is not None:
+            heads = replaced
+        elif self.keep_probs or self.variant.needs_probs(ctx):
             logits = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)
             if mask is not None:
                 logits = logits + mask
@@ -241,13 +247,37 @@ class Transformer(nn.Module):
             names.update(dict.fromkeys(mod.variant.features))
         return tuple(names)
 
+    def feature_options(self) -> dict[str, Any]:
+        """The options the batch features are built with, agreed by every variant.
+
+        Raises:
+            ValueError: two variants need one option with different values.
+        """
+        opts: dict[str, Any] = {}
+        for kind, layer, mod in self.attention_modules():
+            for key, value in mod.variant.feature_options().items():
+                if key in opts and opts[key] != value:
+                    raise ValueError(
+                        f"{kind} layer {layer} needs {key}={value}, another variant {opts[key]}"
+                    )
+                opts[key] = value
+        return opts
+
+    def variant_stats(self) -> dict[str, float]:
+        """Every variant's numbers to log, prefixed by type and layer."""
+        out: dict[str, float] = {}
+        for kind, layer, mod in self.attention_modules():
+            for key, value in mod.variant.stats().items():
+                out[f"{kind}.{layer}.{key}"] = value
+        return out
+
     def _embed(self, emb: nn.Embedding, ids: Tensor) -> Tensor:
         x = emb(ids) * math.sqrt(self.d) + self.pe[: ids.shape[1]]
         return self.drop(x)
 
     def encode(self, src: Tensor, syntax: dict[str, Tensor] | None = None) -> Encoded:
         src_pad = src.eq(PAD_ID)
-        syn = syntax or {}
+        syn = {**(syntax or {}), "src_eos": src.eq(EOS_ID)}
         x = self._embed(self.embed, src)
         for i, layer in enumerate(self.encoder):
             ctx = AttnContext("enc_self", i, src_pad, src_pad, syn, self.state)

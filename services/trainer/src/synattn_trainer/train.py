@@ -91,7 +91,7 @@ def update_loss(
     aux = inner.aux_loss()
     total = loss
     if aux is not None:
-        total = total + aux * batch.ntokens
+        total = total + aux  # summed over tokens, like ``loss``
     return total * n / global_tokens, float(loss.detach()), float(nll.detach())
 
 
@@ -137,6 +137,7 @@ class Trainer:
         self.valid_data = load_corpus(cfg.data.valid, self.tok)
         self.model = Transformer(cfg, self.tok.get_vocab_size()).to(device)
         self.features = self.model.syntax_features()
+        self.feature_opts = self.model.feature_options()
         self.net: nn.Module = self.model
         if self.world > 1:
             self.net = nn.parallel.DistributedDataParallel(
@@ -284,7 +285,10 @@ class Trainer:
                     continue
                 self.model.state.update(update=self.update, epoch=self.epoch)
                 batches = [
-                    make_batch(self.train_data, b, self.features).to(self.device) for b in pending
+                    make_batch(self.train_data, b, self.features, self.feature_opts).to(
+                        self.device
+                    )
+                    for b in pending
                 ]
                 pending = []
                 global_tokens = global_sum(sum(b.ntokens for b in batches), self.device)
@@ -314,6 +318,9 @@ class Trainer:
                         "tokens_per_s": tokens_seen * self.world / (time.perf_counter() - t0),
                     }  # fmt: skip
                     self.log(rec)
+                    stats = self.model.variant_stats()
+                    if stats:
+                        self.log({"event": "variants", "update": self.update, **stats})
                     if on_update is not None:
                         on_update(rec)
                 every = cfg.train.checkpoint_every_updates
@@ -380,7 +387,7 @@ class Trainer:
             0,
             -1,
         ):
-            b = make_batch(data, index, self.features).to(self.device)
+            b = make_batch(data, index, self.features, self.feature_opts).to(self.device)
             logits = self.model(b.src, b.tgt_in, b.syntax)
             loss, nll = token_loss(logits, b.tgt_out, self.cfg.optim.label_smoothing)
             loss_sum += float(loss)
@@ -405,7 +412,7 @@ class Trainer:
         out: list[str] = []
         for start in range(0, n, d.batch_sentences):
             index = list(range(start, min(n, start + d.batch_sentences)))
-            b = make_batch(data, index, self.features).to(self.device)
+            b = make_batch(data, index, self.features, self.feature_opts).to(self.device)
             ids = beam_search(
                 self.model,
                 b.src,

@@ -6,6 +6,8 @@ attention calls its hooks in this order; each default is vanilla behaviour:
 1. ``logit_bias``  (a) an additive bias or ``-inf`` mask on the logits, per head or shared;
 2. ``needs_probs`` (e) whether this call must materialise the probabilities (else fused SDPA);
 3. ``observe``     (e) sees the probabilities when they exist (analysis, auxiliary losses);
+   ``attend``      (b) may replace the whole attention computation (two attentions mixed, a
+                   value term, a gate from the layer input); None keeps the default path;
 4. ``head_outputs``(b) replaces or gates the per-head outputs;
 5. ``aggregate``   (c) replaces the output projection (head aggregation);
 6. ``aux_loss``    (d) an auxiliary loss added to the training loss (collected after forward).
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
@@ -45,6 +47,8 @@ class AttnContext:
     query_padding: Tensor | None
     syntax: dict[str, Tensor] = field(default_factory=dict)
     state: dict[str, int] = field(default_factory=dict)
+    layer_input: Tensor | None = None  # [B, Tq, D], set by the attention before the hooks
+    dropout: float = 0.0  # attention dropout rate of this call (0 in eval)
 
 
 class VariantConfig(BaseModel):
@@ -61,6 +65,10 @@ class AttentionVariant(nn.Module):
     """
 
     features: ClassVar[tuple[str, ...]] = ()
+
+    def feature_options(self) -> dict[str, Any]:
+        """Options the batch features must be built with (e.g. ``{"tau": 10.0}``)."""
+        return {}
 
     def __init__(
         self, config: VariantConfig, model: ModelConfig, kind: AttentionType, layer: int
@@ -83,6 +91,15 @@ class AttentionVariant(nn.Module):
     def observe(self, probs: Tensor, ctx: AttnContext) -> None:
         """See the attention probabilities ``[B, H, Tq, Tk]`` (only when they were computed)."""
 
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
+    ) -> Tensor | None:
+        """Replace the attention: per-head outputs ``[B, H, Tq, d_head]``, or None (default).
+
+        ``mask`` already holds padding, causality and ``logit_bias``.
+        """
+        return None
+
     def head_outputs(self, heads: Tensor, ctx: AttnContext) -> Tensor:
         """Per-head outputs ``[B, H, Tq, d_head]``; return them gated or replaced."""
         return heads
@@ -92,8 +109,13 @@ class AttentionVariant(nn.Module):
         return None
 
     def aux_loss(self) -> Tensor | None:
-        """An auxiliary loss from the last forward pass, or None."""
+        """An auxiliary loss from the last forward pass, summed over target tokens (the trainer
+        divides by the token count like the main loss), or None."""
         return None
+
+    def stats(self) -> dict[str, float]:
+        """Numbers to log (gate values, head labels), named per head."""
+        return {}
 
 
 class VanillaConfig(VariantConfig):
