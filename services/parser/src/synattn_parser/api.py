@@ -207,7 +207,7 @@ class ParserPool:
                         max_size=self.settings.batch_max_size,
                         max_wait=self.settings.batch_max_wait_ms / 1000,
                         on_batch=self.metrics.batch_size.observe,
-                        concurrency=self.settings.model_workers,
+                        concurrency=self.settings.model_workers * self.settings.batches_in_flight,
                     )
                     self.infos[name] = info
         return self.infos[name], self.batchers[name]
@@ -248,6 +248,9 @@ class ParserPool:
             await self.get(self.settings.backend)
         except (BackendUnavailable, BrokenExecutor) as exc:
             log.error("backend %s cannot load: %s", self.settings.backend, exc)
+        except Exception as exc:  # a bug: say so in /v1/ready instead of loading forever
+            log.exception("backend %s failed to load", self.settings.backend)
+            self.errors[self.settings.backend] = f"{type(exc).__name__}: {exc}"
 
     async def close(self) -> None:
         for batcher in self.batchers.values():

@@ -38,6 +38,9 @@ class ParserSettings(BaseSettings):
     model_workers: int = Field(
         1, ge=1, le=64, description="model processes (>1 implies processes)"
     )
+    batches_in_flight: int = Field(
+        1, ge=1, le=64, description="micro-batches queued per model worker (2 measured slower)"
+    )
     preload: bool = True  # load the model at start-up (ready only once it is loaded)
 
 

@@ -195,6 +195,54 @@ def score(
         err.print(f"{out}: {len(scores)} scores")
 
 
+def plot_gates(
+    run: Annotated[Path, typer.Argument(help="run directory (metrics.jsonl)")],
+    out: Annotated[Path | None, typer.Option(help="PNG (default: RUN/plots/gates.png)")] = None,
+) -> None:
+    """Gate heatmap (layers x heads) of a gated variant's last logged values."""
+    from synattn_trainer.plots import gate_heatmap
+
+    try:
+        path = gate_heatmap(run / "metrics.jsonl", out or run / "plots" / "gates.png")
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    console.print(str(path))
+
+
+def plot_labels(
+    run: Annotated[Path, typer.Argument(help="run directory (metrics.jsonl)")],
+    out: Annotated[
+        Path | None, typer.Option(help="PNG (default: RUN/plots/rhe-labels.png)")
+    ] = None,
+) -> None:
+    """RHE head-label history over training."""
+    from synattn_trainer.plots import label_history
+
+    try:
+        path = label_history(run / "metrics.jsonl", out or run / "plots" / "rhe-labels.png")
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    console.print(str(path))
+
+
+def plot_attention(
+    checkpoint: Annotated[Path, typer.Option(help="checkpoint or averaged.pt")],
+    data: Annotated[Path, typer.Option(help="parsed shard directory")],
+    out: Annotated[Path, typer.Option(help="PNG to write")],
+    row: Annotated[int, typer.Option(min=0)] = 0,
+    kind: Annotated[str, typer.Option(help="enc_self | dec_self | enc_dec")] = "enc_self",
+    layer: Annotated[int, typer.Option(min=0)] = 0,
+) -> None:
+    """Attention heatmaps (one per head) of one sentence, teacher-forced on its target."""
+    from synattn_trainer.inference import attention_of
+
+    try:
+        path = attention_of(checkpoint, data, row, kind, layer, out)
+    except (FileNotFoundError, ValueError, IndexError) as exc:
+        raise fail(str(exc)) from None
+    console.print(str(path))
+
+
 def register(app: typer.Typer) -> None:
     """Add the trainer's commands to the ``synattn`` CLI (entry point ``synattn.cli``)."""
     tok_app = typer.Typer(help="Subword vocabulary.", no_args_is_help=True)
@@ -204,3 +252,8 @@ def register(app: typer.Typer) -> None:
     app.command("translate")(translate)
     app.command("evaluate")(evaluate)
     app.command("score")(score)
+    plot_app = typer.Typer(help="Analysis figures (PNG).", no_args_is_help=True)
+    plot_app.command("gates")(plot_gates)
+    plot_app.command("labels")(plot_labels)
+    plot_app.command("attention")(plot_attention)
+    app.add_typer(plot_app, name="plot")

@@ -60,3 +60,31 @@ def score_split(checkpoint: Path, data: Path) -> list[float]:
         tgt = torch.cat([b.tgt_in[:, :1], b.tgt_out], 1)
         out.extend(forced_scores(model, b.src, tgt, b.syntax))
     return out
+
+
+def attention_of(checkpoint: Path, data: Path, row: int, kind: str, layer: int, out: Path) -> Path:
+    """PNG of every head's attention in one module for one sentence (teacher forcing)."""
+    from synattn_trainer.plots import attention_pngs
+
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"{checkpoint}: no such checkpoint")
+    model, cfg = load_model(checkpoint)
+    tok = load_tokenizer(cfg.data.tokenizer)
+    corpus = load_corpus(data, tok, require_tgt=False)
+    if not 0 <= row < len(corpus):
+        raise IndexError(f"row {row} is outside 0..{len(corpus) - 1}")
+    modules = {(k, i): m for k, i, m in model.attention_modules()}
+    if (kind, layer) not in modules:
+        raise ValueError(f"no {kind} layer {layer}; the model has {sorted(modules)}")
+    module = modules[(kind, layer)]
+    module.keep_probs = True
+    b = make_batch(corpus, [row], model.syntax_features(), model.feature_options())
+    with torch.no_grad():
+        model(b.src, b.tgt_in, b.syntax)
+    assert module.last_probs is not None
+    src = [tok.id_to_token(int(t)) for t in b.src[0]]
+    tgt = [tok.id_to_token(int(t)) for t in b.tgt_in[0]]
+    queries = src if kind == "enc_self" else tgt
+    keys = tgt if kind == "dec_self" else src
+    probs = module.last_probs[0].numpy()
+    return attention_pngs(probs, queries, keys, f"{kind} layer {layer}, row {row}", out)

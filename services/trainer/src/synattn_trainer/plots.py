@@ -1,0 +1,139 @@
+"""Analysis figures as PNG (matplotlib, no display): gate heatmaps, RHE label history, attention
+heatmaps of one sentence."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+STAT = re.compile(r"^(enc_self|dec_self|enc_dec)\.(\d+)\.(\w+)\.h(\d+)$")
+
+
+def variant_history(metrics: Path) -> dict[str, list[tuple[int, dict[str, float]]]]:
+    """Per stat (``gate``, ``important``): ``(update, {kind.layer.h: value})`` over training."""
+    out: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
+    for line in metrics.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        if rec.get("event") != "variants":
+            continue
+        per: dict[str, dict[str, float]] = defaultdict(dict)
+        for key, value in rec.items():
+            m = STAT.match(key)
+            if m:
+                kind, layer, stat, head = m.groups()
+                per[stat][f"{kind}.{layer}.h{head}"] = value
+        for stat, values in per.items():
+            out[stat].append((rec["update"], values))
+    return dict(out)
+
+
+def _grid(values: dict[str, float]) -> tuple[np.ndarray, list[str]]:
+    layers = sorted(
+        {k.rsplit(".h", 1)[0] for k in values},
+        key=lambda s: (s.split(".")[0], int(s.split(".")[1])),
+    )
+    heads = 1 + max(int(k.rsplit(".h", 1)[1]) for k in values)
+    grid = np.full((len(layers), heads), np.nan)
+    for key, v in values.items():
+        layer, head = key.rsplit(".h", 1)
+        grid[layers.index(layer), int(head)] = v
+    return grid, layers
+
+
+def heatmap_png(
+    grid: np.ndarray, rows: list[str], title: str, out: Path, cols: list[str] | None = None
+) -> Path:
+    """A labelled heatmap with values in the cells."""
+    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * grid.shape[1], 1.0 + 0.5 * grid.shape[0]))
+    im = ax.imshow(
+        grid, cmap="viridis", vmin=0.0, vmax=max(1.0, float(np.nanmax(grid))), aspect="auto"
+    )
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xticks(
+        range(grid.shape[1]),
+        cols or [f"h{h}" for h in range(grid.shape[1])],
+        rotation=90 if cols else 0,
+    )
+    if grid.size <= 400:
+        for (i, j), v in np.ndenumerate(grid):
+            if not np.isnan(v):
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="w" if v < 0.6 else "k",
+                )
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def gate_heatmap(metrics: Path, out: Path, stat: str = "gate") -> Path:
+    """Layers x heads heatmap of the last logged values of ``stat`` (gated SLR: ``gate``)."""
+    history = variant_history(metrics).get(stat)
+    if not history:
+        raise ValueError(f"{metrics}: no '{stat}' values logged (is a gated variant configured?)")
+    update, values = history[-1]
+    grid, layers = _grid(values)
+    return heatmap_png(grid, layers, f"{stat} per layer and head (update {update})", out)
+
+
+def label_history(metrics: Path, out: Path) -> Path:
+    """RHE: share of sentences for which each head was important, over training."""
+    history = variant_history(metrics).get("important")
+    if not history:
+        raise ValueError(f"{metrics}: no RHE labels logged (is an rhe variant configured?)")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key in sorted(history[-1][1]):
+        ax.plot([u for u, _ in history], [v.get(key, np.nan) for _, v in history], label=key)
+    ax.set_xlabel("update")
+    ax.set_ylabel("share of sentences: important")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("RHE head labels over training")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def attention_pngs(
+    probs: np.ndarray, queries: list[str], keys: list[str], title: str, out: Path
+) -> Path:
+    """One panel per head of ``probs`` ``[H, Tq, Tk]``, query tokens down, key tokens across."""
+    h = probs.shape[0]
+    cols = min(4, h)
+    rows = (h + cols - 1) // cols
+    width, height = 0.25 * len(keys) + 1.5, 0.25 * len(queries) + 1.5
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * width, rows * height), squeeze=False)
+    for k in range(rows * cols):
+        ax = axes[k // cols][k % cols]
+        if k >= h:
+            ax.axis("off")
+            continue
+        ax.imshow(probs[k], cmap="Blues", vmin=0, vmax=1)
+        ax.set_title(f"head {k}", fontsize=8)
+        ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(queries)), queries, fontsize=6)
+    fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -1,0 +1,68 @@
+"""Analysis figures from a real (tiny) run with a gated and an RHE variant."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from synattn_trainer.plots import variant_history
+from synattn_trainer.train import Trainer
+from tests.trainer.conftest import tiny_config
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def synattn(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "synattn_shared.cli", *args],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_gate_heatmap_label_history_and_attention_png(
+    m30k: dict[str, Path], tmp_path: Path
+) -> None:
+    cfg = tiny_config(
+        m30k,
+        train={"max_updates": 6, "log_every": 2},
+        attention={
+            "enc_self": [
+                {"name": "slr", "layers": [1], "options": {"mode": "gated"}},
+                {"name": "rhe", "layers": [0], "options": {"sea": "lpea"}},
+            ]
+        },
+    )
+    run = tmp_path / "run"
+    Trainer(cfg, run, progress=False).train()
+    history = variant_history(run / "metrics.jsonl")
+    assert {"gate", "important"} <= set(history)
+    update, gates = history["gate"][-1]
+    assert update == 6 and set(gates) == {f"enc_self.1.h{h}" for h in range(4)}
+
+    res = synattn("plot", "gates", str(run))
+    assert res.returncode == 0, res.stderr
+    assert (run / "plots" / "gates.png").read_bytes().startswith(PNG)
+    res = synattn("plot", "labels", str(run))
+    assert res.returncode == 0, res.stderr
+    assert (run / "plots" / "rhe-labels.png").read_bytes().startswith(PNG)
+    for kind in ("enc_self", "enc_dec"):
+        out = tmp_path / f"{kind}.png"
+        res = synattn(
+            "plot", "attention", "--checkpoint", str(run / "averaged.pt"), "--data",
+            str(m30k["valid"]), "--row", "3", "--kind", kind, "--layer", "0", "--out", str(out),
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert out.read_bytes().startswith(PNG)
+    bad = synattn(
+        "plot", "attention", "--checkpoint", str(run / "averaged.pt"), "--data",
+        str(m30k["valid"]), "--layer", "9", "--out", str(tmp_path / "x.png"),
+    )  # fmt: skip
+    assert bad.returncode == 2 and "no enc_self layer 9" in bad.stderr
+
+
+def test_plots_without_logged_values_fail_clearly(m30k: dict[str, Path], tmp_path: Path) -> None:
+    run = tmp_path / "vanilla"
+    Trainer(tiny_config(m30k, train={"max_updates": 2}), run, progress=False).train()
+    res = synattn("plot", "gates", str(run))
+    assert res.returncode == 2 and "no 'gate' values logged" in res.stderr
