@@ -39,7 +39,7 @@ demo: venv
 	$(BIN)/synattn translate --checkpoint $(DEMO_OUT)/runs/vanilla/averaged.pt \
 		--data $(M30K)/valid --out $(DEMO_OUT)/runs/vanilla/valid.de
 	$(BIN)/synattn evaluate --hyp $(DEMO_OUT)/runs/vanilla/valid.de \
-		--ref $(DEMO_OUT)/raw/val.de.gz --src $(DEMO_OUT)/raw/val.en.gz
+		--ref $(DEMO_OUT)/raw/val.de.gz --bins multi30k
 
 lint: venv
 	$(BIN)/ruff check .

@@ -242,3 +242,12 @@ def test_incremental_decoding_matches_full_decoding(m30k: dict[str, Path]) -> No
             step = model.decode_step(prefix[:, :t], enc, cache)
             full = model.decode(prefix[:, :t], enc)[:, -1]
             torch.testing.assert_close(step, full, rtol=1e-4, atol=1e-5)
+
+
+def test_length_bins_follow_the_spec() -> None:
+    from synattn_trainer.evaluate import MULTI30K_BINS, bleu_by_length, length_bin
+
+    assert [length_bin(n) for n in [5, 12, 9, 25, 31, 50, 10]] == [0, 1, 0, 2, 3, 5, 1]
+    refs = ["a b c"] * 60 + [" ".join(["w"] * 13)] * 3
+    rows = bleu_by_length(refs, refs, MULTI30K_BINS)
+    assert [(b, n, ok) for b, n, _, ok in rows] == [("[0,8)", 60, True), ("[12,16)", 3, False)]

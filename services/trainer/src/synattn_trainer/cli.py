@@ -116,11 +116,14 @@ def evaluate(
     hyp: Annotated[Path, typer.Option(help="system output, one sentence per line")],
     ref: Annotated[Path, typer.Option(help="references (.gz allowed)")],
     baseline: Annotated[Path | None, typer.Option(help="another system: paired bootstrap")] = None,
-    src: Annotated[Path | None, typer.Option(help="source text: BLEU by length bins")] = None,
+    bins: Annotated[
+        str, typer.Option(help="length bins: seed ([0,10)...[50,inf)) or multi30k")
+    ] = "seed",
     samples: Annotated[int, typer.Option(min=10)] = 1000,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """BLEU and chrF with sacreBLEU signatures; significance against a baseline; length bins."""
+    """BLEU and chrF with sacreBLEU signatures; significance against a baseline; BLEU by
+    reference-length bins."""
     from synattn_trainer.evaluate import (
         bleu_by_length,
         corpus_bleu,
@@ -167,9 +170,11 @@ def evaluate(
             markup=False,
         )
     for row in report.get("bleu_by_length", []):  # type: ignore[union-attr]
+        flag = "" if row["reliable"] else "  (unreliable: < 50 sentences)"
         console.print(
-            f"  src length {row['bin']:>6}: {row['sentences']:5d} sentences  "
-            f"BLEU {row['bleu']:.2f}"
+            f"  reference length {row['bin']:>9}: {row['sentences']:5d} sentences  "
+            f"BLEU {row['bleu']:.2f}{flag}",
+            markup=False,
         )
 
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 from sacrebleu.metrics import BLEU, CHRF
 
-LENGTH_BINS = ((1, 10), (11, 20), (21, 30), (31, 10_000))
+SEED_BINS = (0, 10, 20, 30, 40, 50)  # [0,10) ... [50, inf): METHODS-heads §5.6
+MULTI30K_BINS = (0, 8, 12, 16, 20)  # the spec's extra bins for Multi30k's short references
+UNRELIABLE = 50  # bins with fewer sentences are flagged
 
 
 @dataclass(frozen=True)
@@ -82,19 +84,29 @@ def paired_bootstrap(
     )
 
 
+def length_bin(length: int, edges: Sequence[int] = SEED_BINS) -> int:
+    """Index of the bin ``[edges[k], edges[k+1])`` holding ``length`` (the last bin is open)."""
+    k = 0
+    while k + 1 < len(edges) and length >= edges[k + 1]:
+        k += 1
+    return k
+
+
 def bleu_by_length(
-    hyps: Sequence[str], refs: Sequence[str], src_lengths: Sequence[int]
-) -> list[tuple[str, int, float]]:
-    """BLEU per source-length bin (in words): ``(bin, sentences, BLEU)``."""
+    hyps: Sequence[str], refs: Sequence[str], edges: Sequence[int] = SEED_BINS
+) -> list[tuple[str, int, float, bool]]:
+    """BLEU per reference-length bin (whitespace tokens of the raw reference; §5.6):
+    ``(bin, sentences, BLEU, reliable)``; empty bins are left out."""
     _check(hyps, refs)
+    bins = [length_bin(len(r.split()), edges) for r in refs]
     out = []
-    for lo, hi in LENGTH_BINS:
-        idx = [k for k, n in enumerate(src_lengths) if lo <= n <= hi]
+    for k, lo in enumerate(edges):
+        idx = [i for i, b in enumerate(bins) if b == k]
         if not idx:
             continue
-        label = f"{lo}-{hi}" if hi < 10_000 else f"{lo}+"
-        score = corpus_bleu([hyps[k] for k in idx], [refs[k] for k in idx]).score
-        out.append((label, len(idx), score))
+        label = f"[{lo},{edges[k + 1]})" if k + 1 < len(edges) else f"[{lo},inf)"
+        score = corpus_bleu([hyps[i] for i in idx], [refs[i] for i in idx]).score
+        out.append((label, len(idx), score, len(idx) >= UNRELIABLE))
     return out
 
 
