@@ -146,12 +146,11 @@ def evaluate(
                 "baseline_bleu": pb.baseline, "p_value": pb.p_value,
                 "ci95": list(pb.ci95), "samples": pb.samples,
             }  # fmt: skip
-        if src is not None:
-            lengths = [len(s.split()) for s in _lines(src)]
-            report["bleu_by_length"] = [
-                {"bin": b, "sentences": n, "bleu": s}
-                for b, n, s in bleu_by_length(hyps, refs, lengths)
-            ]
+        edges = MULTI30K_BINS if bins == "multi30k" else SEED_BINS
+        report["bleu_by_length"] = [
+            {"bin": b, "sentences": n, "bleu": s, "reliable": ok}
+            for b, n, s, ok in bleu_by_length(hyps, refs, edges)
+        ]
     except ValueError as exc:
         raise fail(str(exc)) from None
     if as_json:
