@@ -125,6 +125,8 @@ def evaluate(
     """BLEU and chrF with sacreBLEU signatures; significance against a baseline; BLEU by
     reference-length bins."""
     from synattn_trainer.evaluate import (
+        MULTI30K_BINS,
+        SEED_BINS,
         bleu_by_length,
         corpus_bleu,
         corpus_chrf,
