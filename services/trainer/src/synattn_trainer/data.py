@@ -163,14 +163,16 @@ def _pad(seqs: Sequence[np.ndarray], fill: int = PAD_ID) -> Tensor:
     return torch.from_numpy(out)
 
 
-VECTOR_FEATURES = {"lisa_target", "pascal_centre"}
-EXTRA_FEATURES = {"lisa_target", "pascal_centre", "sla_keep"}
+VECTOR_FEATURES = {"lisa_target", "pascal_centre", "word_ids"}
+EXTRA_FEATURES = {"lisa_target", "pascal_centre", "sla_keep", "word_ids"}
 MATERIALISE_KEYS = set(MaterialiseOptions.model_fields)
 
 
 def _extra_feature(
     name: str, row: dict[str, Any], s2w: np.ndarray, opts: dict[str, Any]
 ) -> np.ndarray:
+    if name == "word_ids":  # specials (</s>) are words of their own
+        return np.where(s2w >= 0, s2w, s2w.max(initial=-1) + 1 + np.cumsum(s2w < 0) - 1)
     heads = row["dep_head"]
     if heads is None:
         raise ValueError(f"feature {name} needs a dependency parse")

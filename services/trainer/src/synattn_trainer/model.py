@@ -50,7 +50,9 @@ class MultiHeadAttention(nn.Module):
         self.q_proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.k_proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.v_proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.out_proj: nn.Linear | None = (
+            None if variant.replaces_out_proj else nn.Linear(cfg.d_model, cfg.d_model)
+        )
         self.dropout = cfg.attn_dropout
         self.causal = causal
         self.variant = variant
@@ -105,8 +107,9 @@ class MultiHeadAttention(nn.Module):
         else:
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
         heads = self.variant.head_outputs(heads, ctx)
-        out = self.variant.aggregate(heads, self.out_proj, ctx)
+        out = self.variant.aggregate(heads, self.out_proj, ctx)  # type: ignore[arg-type]
         if out is None:
+            assert self.out_proj is not None, "a variant without W^O returned no aggregation"
             b, _, t, _ = heads.shape
             out = self.out_proj(heads.transpose(1, 2).reshape(b, t, self.h * self.d_head))
         return out
@@ -229,6 +232,9 @@ class Transformer(nn.Module):
         if self.out_weight is not None:
             nn.init.normal_(self.out_weight, 0.0, m.d_model**-0.5)
         self.state: dict[str, int] = {"update": 0, "epoch": 0}
+        peers = [m.variant for _, _, m in self.attention_modules()]
+        for variant in peers:
+            variant.bind(peers)
 
     def attention_modules(self) -> list[tuple[AttentionType, int, MultiHeadAttention]]:
         """Every attention module with its type and layer."""
@@ -287,6 +293,7 @@ class Transformer(nn.Module):
     def decode(self, tgt_in: Tensor, enc: Encoded) -> Tensor:
         """Logits ``[B, T, V]`` for every target prefix position."""
         tgt_pad = tgt_in.eq(PAD_ID)
+        self.state["target_tokens"] = int((~tgt_pad).sum())  # per-token aux losses (§3.1)
         y = self._embed(self.tgt_embed, tgt_in)
         for i, layer in enumerate(self.decoder):
             self_ctx = AttnContext("dec_self", i, tgt_pad, tgt_pad, enc.syntax, self.state)

@@ -1,6 +1,6 @@
 """Attention variants by name (importing this package registers the built-in ones)."""
 
-from synattn_trainer.variants import syntax  # noqa: F401 - registers dea, lpea, rhe, slr, ...
+from synattn_trainer.variants import heads, syntax  # noqa: F401 - registers the built-ins
 from synattn_trainer.variants.base import (
     REGISTRY,
     AttentionVariant,

@@ -65,6 +65,10 @@ class AttentionVariant(nn.Module):
     """
 
     features: ClassVar[tuple[str, ...]] = ()
+    replaces_out_proj: ClassVar[bool] = False  # aggregate() never falls back to W^O
+
+    def bind(self, peers: list[AttentionVariant]) -> None:
+        """Called once the model is built, with every variant of the model (layer counting)."""
 
     def feature_options(self) -> dict[str, Any]:
         """Options the batch features must be built with (e.g. ``{"tau": 10.0}``)."""
