@@ -129,3 +129,21 @@ def test_unknown_variant_and_bad_options_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="variant 'test-bias' on enc_self layer 0"):
         build_variant(VariantSpec(name="test-bias", options={"colour": 1}), CFG, "enc_self", 0)
     assert REGISTRY["vanilla"][1] is VanillaConfig
+
+
+def test_float64_attention_is_exact_for_long_sentences() -> None:
+    """SDPA with float64 queries and a float32 mask is wrong from T = 16 on (torch 2.13, CPU);
+    the attention module casts the mask to the query dtype."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(CFG, build_variant(VariantSpec(), CFG, "dec_self", 0), causal=True)
+    mha = mha.double().eval()
+    x = torch.randn(1, 21, 16, dtype=torch.float64)
+    pad = torch.zeros(1, 21, dtype=torch.bool)
+    out = mha(x, x, ctx(pad))
+    q, k, v = (mha._split(p(x)) for p in (mha.q_proj, mha.k_proj, mha.v_proj))
+    future = torch.ones(21, 21, dtype=torch.bool).triu(1)
+    logits = (q @ k.transpose(-1, -2)) / math.sqrt(4) + torch.zeros(
+        21, 21, dtype=torch.float64
+    ).masked_fill(future, -math.inf)
+    ref = mha.out_proj((torch.softmax(logits, -1) @ v).transpose(1, 2).reshape(1, 21, 16))
+    torch.testing.assert_close(out, ref)

@@ -249,6 +249,30 @@ def plot_attention(
     console.print(str(path))
 
 
+def analyze(
+    checkpoint: Annotated[Path, typer.Argument(help="checkpoint or averaged.pt")],
+    dev: Annotated[Path, typer.Option(help="parsed dev split (importance, confidence)")],
+    out: Annotated[Path, typer.Option(help="directory for analysis.json and PNGs")],
+    test: Annotated[Path | None, typer.Option(help="parsed test split: masking curves")] = None,
+    test_limit: Annotated[int | None, typer.Option(min=1)] = None,
+    groups: Annotated[int, typer.Option(min=2)] = 8,
+    normalize: Annotated[bool, typer.Option(help="rank by layer-normalised importance")] = False,
+) -> None:
+    """Head importance, confidence, masking curves and figures of a trained model."""
+    from synattn_trainer.analysis import analyze as run
+
+    if not checkpoint.is_file():
+        raise fail(f"{checkpoint}: no such checkpoint")
+    try:
+        result = run(checkpoint, dev, out, test, test_limit, groups, normalize)
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    console.print(
+        f"{out}: {len(result['heads'])} heads; importance mean {result['importance_mean']:.4g}, "
+        f"variance {result['importance_variance']:.4g}"
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add the trainer's commands to the ``synattn`` CLI (entry point ``synattn.cli``)."""
     tok_app = typer.Typer(help="Subword vocabulary.", no_args_is_help=True)
@@ -258,6 +282,7 @@ def register(app: typer.Typer) -> None:
     app.command("translate")(translate)
     app.command("evaluate")(evaluate)
     app.command("score")(score)
+    app.command("analyze")(analyze)
     plot_app = typer.Typer(help="Analysis figures (PNG).", no_args_is_help=True)
     plot_app.command("gates")(plot_gates)
     plot_app.command("labels")(plot_labels)

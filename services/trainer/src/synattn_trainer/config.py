@@ -103,6 +103,13 @@ class DecodeConfig(Strict):
     batch_sentences: int = 64
 
 
+class HeadMaskConfig(Strict):
+    """HeadMask (Sun et al.; METHODS-heads §2): mask N heads per batch during training only."""
+
+    mode: Literal["none", "random", "impt"] = "none"
+    n: int | None = Field(None, ge=1, description="heads masked per batch; default 12.5% of all")
+
+
 class TrainConfig(Strict):
     """Everything one training run is defined by."""
 
@@ -113,6 +120,7 @@ class TrainConfig(Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     train: TrainLoopConfig = Field(default_factory=TrainLoopConfig)
     decode: DecodeConfig = Field(default_factory=DecodeConfig)
+    headmask: HeadMaskConfig = Field(default_factory=HeadMaskConfig)
 
     def variant_for(self, kind: AttentionType, layer: int) -> VariantSpec:
         """The variant of layer ``layer`` of attention type ``kind`` (vanilla if none is named)."""

@@ -58,6 +58,8 @@ class MultiHeadAttention(nn.Module):
         self.variant = variant
         self.keep_probs = False  # analysis: store the last probabilities in ``last_probs``
         self.last_probs: Tensor | None = None
+        self.gate_offset = 0  # this module's first global head index g (METHODS-heads §0)
+        self.gates: Tensor | None = None  # [B|1, G] head gates xi (HeadMask, ablation, importance)
 
     def _split(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
@@ -105,8 +107,15 @@ class MultiHeadAttention(nn.Module):
                 self.last_probs = probs.detach()
             heads = F.dropout(probs, p_drop, self.training) @ v
         else:
+            if mask is not None and mask.dtype != q.dtype:
+                # SDPA wants the mask in the query's dtype: torch 2.13 on CPU gives wrong results
+                # for float64 queries with a float32 mask at T >= 16 (a test pins this)
+                mask = mask.to(q.dtype)
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
         heads = self.variant.head_outputs(heads, ctx)
+        if self.gates is not None:
+            xi = self.gates[:, self.gate_offset : self.gate_offset + self.h]
+            heads = heads * xi[:, :, None, None].to(heads.dtype)
         out = self.variant.aggregate(heads, self.out_proj, ctx)  # type: ignore[arg-type]
         if out is None:
             assert self.out_proj is not None, "a variant without W^O returned no aggregation"
@@ -232,6 +241,13 @@ class Transformer(nn.Module):
         if self.out_weight is not None:
             nn.init.normal_(self.out_weight, 0.0, m.d_model**-0.5)
         self.state: dict[str, int] = {"update": 0, "epoch": 0}
+        offset = 0
+        for kind in ("enc_self", "dec_self", "enc_dec"):  # g = type, then layer, then head
+            for k, _, m in self.attention_modules():
+                if k == kind:
+                    m.gate_offset = offset
+                    offset += m.h
+        self.num_heads = offset
         peers = [m.variant for _, _, m in self.attention_modules()]
         for variant in peers:
             variant.bind(peers)
@@ -268,6 +284,20 @@ class Transformer(nn.Module):
                     )
                 opts[key] = value
         return opts
+
+    def set_head_gates(self, gates: Tensor | None) -> None:
+        """Gate every head's output: ``gates`` ``[B|1, G]`` (1 = on, 0 = masked), None = all on."""
+        if gates is not None and gates.shape[-1] != self.num_heads:
+            raise ValueError(f"{gates.shape[-1]} gates for {self.num_heads} heads")
+        for _, _, m in self.attention_modules():
+            m.gates = gates
+
+    def head_name(self, g: int) -> str:
+        """``type.layer.head`` of global head index ``g``."""
+        for kind, layer, m in self.attention_modules():
+            if m.gate_offset <= g < m.gate_offset + m.h:
+                return f"{kind}.{layer}.{g - m.gate_offset}"
+        raise IndexError(g)
 
     def variant_stats(self) -> dict[str, float]:
         """Every variant's numbers to log, prefixed by type and layer."""

@@ -137,3 +137,33 @@ def attention_pngs(
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def importance_histogram(importance: np.ndarray, out: Path) -> Path:
+    """Histogram of the heads' importance values (HeadMask Figure 3)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.hist(np.asarray(importance), bins=min(30, max(5, len(importance) // 3)))
+    ax.set_xlabel("importance |dL/d xi|")
+    ax.set_ylabel("heads")
+    ax.set_title(f"mean {np.mean(importance):.3g}, variance {np.var(importance):.3g}")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def masking_curves_png(schedule: dict, curves: dict[str, list[float]], out: Path) -> Path:
+    """BLEU after masking groups of heads, most or least important first (HeadMask Figure 2)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for order, values in curves.items():
+        xs = [len(m) for m in schedule[order]]
+        ax.plot(xs, values, marker="o", label=f"{order} importance")
+    ax.set_xlabel("masked heads")
+    ax.set_ylabel("BLEU")
+    ax.legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

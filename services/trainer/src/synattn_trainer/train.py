@@ -293,8 +293,12 @@ class Trainer:
                 pending = []
                 global_tokens = global_sum(sum(b.ntokens for b in batches), self.device)
                 loss_sum = nll_sum = 0.0
-                for b in batches:
-                    raw, nll = self._forward_backward(b, global_tokens)
+                for micro, b in enumerate(batches):
+                    self.model.set_head_gates(self._headmask_gates(b, micro))
+                    try:
+                        raw, nll = self._forward_backward(b, global_tokens)
+                    finally:
+                        self.model.set_head_gates(None)
                     loss_sum += raw
                     nll_sum += nll
                 if cfg.optim.clip_norm > 0:
@@ -354,6 +358,27 @@ class Trainer:
         return TrainResult(
             self.update, self.epoch, self.best_valid, ck.latest(self.ckpt_dir), averaged, stopped
         )
+
+    def _headmask_gates(self, batch: Batch, micro: int) -> Tensor | None:
+        """HeadMask gates for one (micro-)batch: Random-N or Impt-N, the same for all sentences."""
+        hm = self.cfg.headmask
+        if hm.mode == "none":
+            return None
+        from synattn_trainer import headmask
+
+        total = self.model.num_heads
+        n = hm.n if hm.n is not None else max(1, round(0.125 * total))
+        if hm.mode == "random":
+            masked = headmask.random_heads(total, n, self.cfg.train.seed, self.update, micro)
+        else:
+            smoothing = self.cfg.optim.label_smoothing
+
+            def loss(model: Transformer, b: Batch) -> Tensor:
+                return headmask.per_sentence_loss(model, b, smoothing)
+
+            importance = headmask.sentence_importance(self.model, batch, loss).mean(0)
+            masked = headmask.select_important(importance, n)
+        return headmask.mask_gates(total, masked, self.device)
 
     def _end_of_epoch(self) -> None:
         valid = self.validate()

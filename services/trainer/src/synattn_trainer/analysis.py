@@ -1,0 +1,152 @@
+"""Head analysis of a trained checkpoint (METHODS-heads §5): importance, confidence, masking
+curves, statistics and figures. Everything runs in eval mode, teacher-forced on references."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from synattn_trainer import headmask
+from synattn_trainer.data import Corpus, load_corpus, make_batch, token_batches
+from synattn_trainer.decode import beam_search
+from synattn_trainer.evaluate import corpus_bleu
+from synattn_trainer.model import Transformer
+from synattn_trainer.tokenizer import EOS_ID, PAD_ID, decode, load_tokenizer
+from synattn_trainer.train import load_model
+
+
+def _batches(model: Transformer, corpus: Corpus, max_tokens: int = 2048):  # type: ignore[no-untyped-def]
+    feats, opts = model.syntax_features(), model.feature_options()
+    for index in token_batches(
+        [len(s) for s in corpus.src], [len(t) - 1 for t in corpus.tgt], max_tokens, 0, -1
+    ):
+        yield make_batch(corpus, index, feats, opts)
+
+
+def importance(model: Transformer, corpus: Corpus) -> np.ndarray:
+    """``[G]`` mean over sentences of ``|dNLL(x)/d xi_g|`` (§2.2, analysis definition)."""
+    model.eval()
+    total = np.zeros(model.num_heads)
+    n = 0
+    for batch in _batches(model, corpus):
+        total += headmask.sentence_importance(model, batch).sum(0).cpu().numpy()
+        n += batch.src.shape[0]
+    return total / max(n, 1)
+
+
+@torch.no_grad()
+def confidence(model: Transformer, corpus: Corpus) -> np.ndarray:
+    """``[G]`` token-weighted mean of each head's row maximum, EOS queries and keys excluded and
+    padding ignored (Voita et al.; §5.1 defaults)."""
+    model.eval()
+    mods = model.attention_modules()
+    for _, _, m in mods:
+        m.keep_probs = True
+    sums = np.zeros(model.num_heads)
+    rows = np.zeros(model.num_heads)
+    try:
+        for b in _batches(model, corpus):
+            model(b.src, b.tgt_in, b.syntax)
+            src_ok = b.src.ne(PAD_ID) & b.src.ne(EOS_ID)
+            tgt_ok = b.tgt_in.ne(PAD_ID)
+            for kind, _, m in mods:
+                q_ok = src_ok if kind == "enc_self" else tgt_ok
+                k_ok = tgt_ok if kind == "dec_self" else src_ok
+                a = m.last_probs.float().masked_fill(~k_ok[:, None, None, :], 0.0)  # type: ignore[union-attr]
+                best = a.max(-1).values * q_ok[:, None, :]
+                g = slice(m.gate_offset, m.gate_offset + m.h)
+                sums[g] += best.sum((0, 2)).cpu().numpy()
+                rows[g] += float(q_ok.sum())
+    finally:
+        for _, _, m in mods:
+            m.keep_probs = False
+            m.last_probs = None
+    return sums / np.maximum(rows, 1)
+
+
+@torch.no_grad()
+def bleu_with_masked(
+    model: Transformer, corpus: Corpus, masked: list[int], tok: Any, beam: int, lenpen: float
+) -> float:
+    """Test BLEU with the given heads gated to 0 (same decoding as unmasked)."""
+    model.eval()
+    model.set_head_gates(headmask.mask_gates(model.num_heads, masked, corpus_device(model)))
+    try:
+        hyps: list[str] = []
+        feats, opts = model.syntax_features(), model.feature_options()
+        for start in range(0, len(corpus), 100):
+            index = list(range(start, min(len(corpus), start + 100)))
+            b = make_batch(corpus, index, feats, opts)
+            hyps += decode(tok, beam_search(model, b.src, b.syntax, beam, lenpen))
+    finally:
+        model.set_head_gates(None)
+    return corpus_bleu(hyps, corpus.refs).score
+
+
+def corpus_device(model: Transformer) -> torch.device:
+    return next(model.parameters()).device
+
+
+def analyze(
+    checkpoint: Path,
+    dev: Path,
+    out: Path,
+    test: Path | None = None,
+    test_limit: int | None = None,
+    group_count: int = 8,
+    normalize: bool = False,
+) -> dict[str, Any]:
+    """Write ``analysis.json`` and PNGs to ``out``; returns the JSON content."""
+    from synattn_trainer.plots import heatmap_png, importance_histogram, masking_curves_png
+
+    model, cfg = load_model(checkpoint)
+    tok = load_tokenizer(cfg.data.tokenizer)
+    dev_data = load_corpus(dev, tok)
+    imp = importance(model, dev_data)
+    heads = cfg.model.heads
+    imp_norm = headmask.normalise_by_layer(imp, heads)
+    ranked = imp_norm if normalize else imp
+    conf = confidence(model, dev_data)
+    names = [model.head_name(g) for g in range(model.num_heads)]
+    result: dict[str, Any] = {
+        "checkpoint": str(checkpoint),
+        "heads": names,
+        "importance": imp.tolist(),
+        "importance_layer_normalised": imp_norm.tolist(),
+        "ranking_uses": "layer_normalised" if normalize else "raw",
+        "importance_mean": float(imp.mean()),
+        "importance_variance": float(imp.var()),  # population variance (ddof = 0)
+        "confidence": conf.tolist(),
+        "ranking": np.argsort(-ranked, kind="stable").tolist(),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    for key, values in (("importance", imp), ("confidence", conf)):
+        modules = values.reshape(-1, heads)
+        rows = list(dict.fromkeys(n.rsplit(".", 1)[0] for n in names))
+        heatmap_png(modules, rows, f"head {key}", out / f"{key}.png")
+    importance_histogram(imp, out / "importance-hist.png")
+    if test is not None:
+        test_data = load_corpus(test, tok, limit=test_limit)
+        schedule = headmask.masking_schedule(ranked, group_count)
+        d = cfg.decode
+        curves = {
+            order: [bleu_with_masked(model, test_data, m, tok, d.beam, d.lenpen) for m in masks]
+            for order, masks in (
+                ("descending", schedule["descending"]),
+                ("ascending", schedule["ascending"]),
+            )
+        }
+        single = [
+            bleu_with_masked(model, test_data, g, tok, d.beam, d.lenpen)
+            for g in schedule["groups"]
+        ]
+        result["groups"] = schedule["groups"]
+        result["masking_curves"] = curves
+        result["mask_one_group"] = single
+        masking_curves_png(schedule, curves, out / "masking-curves.png")
+    (out / "analysis.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return result

@@ -1,0 +1,89 @@
+"""Head importance and HeadMask training (Sun et al.; METHODS-heads §2).
+
+Importance is ``I_g = mean_x |dL(x)/d xi_g|`` at ``xi = 1``: one backward to a ``[B, G]`` gate
+tensor gives every sentence's value at once (sentences do not interact), and
+``torch.autograd.grad`` leaves the parameters' gradients untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from synattn_trainer.data import Batch
+from synattn_trainer.model import Transformer
+
+
+def per_sentence_loss(model: Transformer, batch: Batch, smoothing: float = 0.0) -> Tensor:
+    """``[B]`` summed token cross-entropy of each sentence (the analysis loss when smoothing=0)."""
+    logits = model(batch.src, batch.tgt_in, batch.syntax)
+    if logits.dtype != torch.float64:
+        logits = logits.float()
+    b, t, v = logits.shape
+    tok = torch.nn.functional.cross_entropy(
+        logits.view(-1, v), batch.tgt_out.reshape(-1), ignore_index=0,
+        label_smoothing=smoothing, reduction="none",
+    ).view(b, t)  # fmt: skip
+    return tok.sum(1)
+
+
+def sentence_importance(
+    model: Transformer,
+    batch: Batch,
+    loss_fn: Callable[[Transformer, Batch], Tensor] = per_sentence_loss,
+    absolute: bool = True,
+) -> Tensor:
+    """``[B, G]`` ``|dL(x_b)/d xi_g|`` at ``xi = 1`` (signed with ``absolute=False``)."""
+    gates = torch.ones(
+        batch.src.shape[0], model.num_heads, requires_grad=True, device=batch.src.device
+    )
+    model.set_head_gates(gates)
+    try:
+        loss = loss_fn(model, batch).sum()
+        (grad,) = torch.autograd.grad(loss, [gates])
+    finally:
+        model.set_head_gates(None)
+    return grad.abs() if absolute else grad
+
+
+def normalise_by_layer(importance: np.ndarray, heads_per_module: int) -> np.ndarray:
+    """Michel et al.: each module's scores divided by their L2 norm (``+1e-20``)."""
+    x = np.asarray(importance, dtype=np.float64).reshape(-1, heads_per_module)
+    return (x / (np.linalg.norm(x, axis=1, keepdims=True) + 1e-20)).reshape(-1)
+
+
+def select_important(importance: np.ndarray | Tensor, n: int) -> list[int]:
+    """The ``n`` most important heads, stable (ties: lower index first)."""
+    imp = np.asarray(importance.detach().cpu() if isinstance(importance, Tensor) else importance)
+    order = np.argsort(-imp, kind="stable")
+    return sorted(order[:n].tolist())
+
+
+def random_heads(total: int, n: int, seed: int, update: int, micro: int) -> list[int]:
+    """``n`` distinct heads drawn by a generator seeded from ``(seed, update, micro)`` (§2.3)."""
+    rng = np.random.default_rng([seed, update, micro])
+    return sorted(rng.choice(total, size=n, replace=False).tolist())
+
+
+def mask_gates(total: int, masked: list[int], device: torch.device) -> Tensor:
+    """``[1, G]`` gates with the masked heads at 0 (no rescaling of the others)."""
+    gates = torch.ones(1, total, device=device)
+    gates[0, masked] = 0.0
+    return gates
+
+
+def groups(importance: np.ndarray, count: int = 8) -> list[list[int]]:
+    """Heads by descending importance split into ``count`` groups (``numpy.array_split``)."""
+    order = np.argsort(-np.asarray(importance), kind="stable")
+    return [sorted(g.tolist()) for g in np.array_split(order, count)]
+
+
+def masking_schedule(importance: np.ndarray, count: int = 8) -> dict[str, list[list[int]]]:
+    """Cumulative masks for the curves: most important groups first, least important first."""
+    gs = groups(importance, count)
+    desc = [sorted(h for g in gs[:m] for h in g) for m in range(count + 1)]
+    asc = [sorted(h for g in gs[count - m :] for h in g) if m else [] for m in range(count + 1)]
+    return {"descending": desc, "ascending": asc, "groups": gs}
