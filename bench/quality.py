@@ -94,7 +94,7 @@ def main() -> None:
                     "max_tokens": args.max_tokens,
                 },
                 "model": {**MODELS[args.model], "dropout": 0.3, "attn_dropout": 0.1},
-                "attention": VARIANTS[name],
+                **VARIANTS[name],
                 "optim": {"lr": 1e-3, "warmup": min(2000, max(100, args.updates // 4))},
                 "train": {
                     "max_updates": args.updates, "seed": args.seed, "patience": 0,

@@ -21,6 +21,7 @@ import torch
 from synattn_parser.batch import parse_corpus
 from synattn_shared.datasets import link_multi30k
 from synattn_shared.shards import ShardDataset
+from synattn_trainer import headmask
 from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import load_corpus, make_batch, token_batches
 from synattn_trainer.model import Transformer
@@ -31,22 +32,38 @@ REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench" / "variants"
 
 ENC_L0 = {"layers": [0]}
-VARIANTS: dict[str, dict] = {
+ALL_TYPES = ("enc_self", "dec_self", "enc_dec")
+VARIANTS: dict[str, dict] = {  # config fragments: "attention" and/or "headmask"
     "vanilla": {},
-    "dea": {"enc_self": [{"name": "dea", **ENC_L0}]},
-    "lpea": {"enc_self": [{"name": "lpea", **ENC_L0}]},
-    "rhe+dea": {"enc_self": [{"name": "rhe", **ENC_L0}]},
-    "rhe+lpea": {"enc_self": [{"name": "rhe", "options": {"sea": "lpea"}, **ENC_L0}]},
-    "slr-pure": {"enc_self": [{"name": "slr", "options": {"mode": "pure"}}]},
-    "slr-gated": {"enc_self": [{"name": "slr", "options": {"mode": "gated"}}]},
-    "rel_pos": {"enc_self": [{"name": "rel_pos"}]},
-    "localness": {"enc_self": [{"name": "localness", "layers": [0, 1]}]},
-    "lisa": {"enc_self": [{"name": "lisa", **ENC_L0}]},
-    "pascal": {"enc_self": [{"name": "pascal", **ENC_L0}]},
-    "sla": {"enc_self": [{"name": "sla"}]},
+    "dea": {"attention": {"enc_self": [{"name": "dea", **ENC_L0}]}},
+    "lpea": {"attention": {"enc_self": [{"name": "lpea", **ENC_L0}]}},
+    "rhe+dea": {"attention": {"enc_self": [{"name": "rhe", **ENC_L0}]}},
+    "rhe+lpea": {
+        "attention": {"enc_self": [{"name": "rhe", "options": {"sea": "lpea"}, **ENC_L0}]}
+    },
+    "slr-pure": {"attention": {"enc_self": [{"name": "slr", "options": {"mode": "pure"}}]}},
+    "slr-gated": {"attention": {"enc_self": [{"name": "slr", "options": {"mode": "gated"}}]}},
+    "rel_pos": {"attention": {"enc_self": [{"name": "rel_pos"}]}},
+    "localness": {"attention": {"enc_self": [{"name": "localness", "layers": [0, 1]}]}},
+    "lisa": {"attention": {"enc_self": [{"name": "lisa", **ENC_L0}]}},
+    "pascal": {"attention": {"enc_self": [{"name": "pascal", **ENC_L0}]}},
+    "sla": {"attention": {"enc_self": [{"name": "sla"}]}},
+    "fixed-token": {"attention": {"enc_self": [{"name": "fixed"}]}},
+    "fixed-word": {
+        "attention": {"enc_self": [{"name": "fixed", "options": {"word_based": True}}]}
+    },
+    "headmask-random": {"headmask": {"mode": "random"}},
+    "headmask-impt": {"headmask": {"mode": "impt"}},
+    "disagreement-output": {
+        "attention": {
+            t: [{"name": "disagreement", "options": {"term": "output"}}] for t in ALL_TYPES
+        }
+    },
+    "routing-em": {"attention": {"enc_self": [{"name": "routing", "layers": [0, 1]}]}},
 }
 KIND = {  # what the variant adds to the logits: the 0.85 goal is for bias/mask variants
     "dea": "mask", "lpea": "bias", "slr-pure": "bias", "localness": "bias",
+    "headmask-impt": "one extra forward+backward", "headmask-random": "gates",
 }  # fmt: skip
 
 
@@ -68,6 +85,21 @@ def prepare(data_dir: Path, pairs: int) -> Path:
     return out
 
 
+def headmask_gates(model: Transformer, cfg: TrainConfig, b, step: int):  # type: ignore[no-untyped-def]
+    """The trainer's HeadMask gates for this batch (Impt-N costs an extra forward+backward)."""
+    if cfg.headmask.mode == "none":
+        return None
+    n = max(1, round(0.125 * model.num_heads))
+    if cfg.headmask.mode == "random":
+        masked = headmask.random_heads(model.num_heads, n, 1, step, 0)
+    else:
+        imp = headmask.sentence_importance(
+            model, b, lambda m, x: headmask.per_sentence_loss(m, x, 0.1)
+        ).mean(0)
+        masked = headmask.select_important(imp, n)
+    return headmask.mask_gates(model.num_heads, masked, b.src.device)
+
+
 def measure(cfg: TrainConfig, corpus, vocab: int, batches: list[list[int]], warmup: int) -> float:  # type: ignore[no-untyped-def]
     torch.manual_seed(0)
     model = Transformer(cfg, vocab).train()
@@ -80,9 +112,11 @@ def measure(cfg: TrainConfig, corpus, vocab: int, batches: list[list[int]], warm
             start = time.perf_counter()
             tokens = 0
         b = make_batch(corpus, index, feats, fopts)
+        model.set_head_gates(headmask_gates(model, cfg, b, step))
         loss, _ = token_loss(model(b.src, b.tgt_in, b.syntax), b.tgt_out, 0.1)
         aux = model.aux_loss()
         ((loss if aux is None else loss + aux) / b.ntokens).backward()
+        model.set_head_gates(None)
         opt.step()
         opt.zero_grad(set_to_none=True)
         tokens += b.ntokens
@@ -119,7 +153,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {n: [] for n in names}
     for _ in range(args.repeats):  # interleaved, so drift hits every variant alike
         for name in names:
-            cfg = TrainConfig.model_validate({**base, "attention": VARIANTS[name]})
+            cfg = TrainConfig.model_validate({**base, **VARIANTS[name]})
             rates[name].append(measure(cfg, corpus, tok.get_vocab_size(), batches, args.warmup))
     vanilla = statistics.median(rates["vanilla"])
     print(
