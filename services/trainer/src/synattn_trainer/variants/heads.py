@@ -63,7 +63,10 @@ class Fixed(AttentionVariant):
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
     ) -> Tensor | None:
         f = self.config.fixed
-        p = self.patterns(ctx, k.shape[2], v.device).to(v.dtype)
+        key = f"_fixed:{self.config.word_based}:{f}"  # built once per forward, shared by layers
+        if key not in ctx.syntax:
+            ctx.syntax[key] = self.patterns(ctx, k.shape[2], v.device)
+        p = ctx.syntax[key].to(v.dtype)
         drop = ctx.dropout if self.config.dropout_on_fixed else 0.0
         fixed = F.dropout(p, drop, drop > 0) @ v[:, :f]
         if f == self.heads:
