@@ -70,7 +70,10 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=1000)
     ap.add_argument("--model", choices=sorted(MODELS), default="tiny8")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--max-tokens", type=int, default=2048)
+    ap.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--dropout", type=float, default=0.1, help="0.3 for full-length runs (§6.3)")
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=CACHE / "runs")
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
@@ -93,9 +96,9 @@ def main() -> None:
                     "test": str(data["test"]), "tokenizer": str(data["tokenizer"]),
                     "max_tokens": args.max_tokens,
                 },
-                "model": {**MODELS[args.model], "dropout": 0.3, "attn_dropout": 0.1},
+                "model": {**MODELS[args.model], "dropout": args.dropout, "attn_dropout": 0.1},
                 **VARIANTS[name],
-                "optim": {"lr": 1e-3, "warmup": min(2000, max(100, args.updates // 4))},
+                "optim": {"lr": args.lr, "warmup": args.warmup},
                 "train": {
                     "max_updates": args.updates, "seed": args.seed, "patience": 0,
                     "average_last": 5, "bleu_every": 0, "log_every": 100,
@@ -103,7 +106,8 @@ def main() -> None:
                 "decode": {"beam": 5, "lenpen": 1.0, "batch_sentences": 100},
             }
         )  # fmt: skip
-        run = args.out / f"{args.model}-u{args.updates}-s{args.seed}" / name
+        tag = f"{args.model}-u{args.updates}-t{args.max_tokens}-lr{args.lr}-d{args.dropout}-s{args.seed}"
+        run = args.out / tag / name
         trainer = Trainer(cfg, run, progress=False)
         result = trainer.train()
         model, _ = load_model(result.averaged or result.checkpoint)  # type: ignore[arg-type]
