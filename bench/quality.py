@@ -106,7 +106,10 @@ def main() -> None:
                 "decode": {"beam": 5, "lenpen": 1.0, "batch_sentences": 100},
             }
         )  # fmt: skip
-        tag = f"{args.model}-u{args.updates}-t{args.max_tokens}-lr{args.lr}-d{args.dropout}-s{args.seed}"
+        tag = (
+            f"{args.model}-u{args.updates}-t{args.max_tokens}-lr{args.lr}"
+            f"-d{args.dropout}-s{args.seed}"
+        )
         run = args.out / tag / name
         trainer = Trainer(cfg, run, progress=False)
         result = trainer.train()
