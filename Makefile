@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.synattn-installed
 DEMO_OUT ?= build/demo
 # the CPU build on this machine's disk; set TORCH_SPEC for a CUDA build elsewhere
 TORCH_SPEC ?= torch==2.13.0
-PROJECTS := shared/pyproject.toml services/parser/pyproject.toml services/trainer/pyproject.toml
+PROJECTS := shared/pyproject.toml services/parser/pyproject.toml services/trainer/pyproject.toml \
+	services/jobs/pyproject.toml
 
 .PHONY: venv demo test lint pytest bench clean
 
@@ -17,7 +18,8 @@ $(STAMP): $(PROJECTS) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e shared -e services/parser -e services/trainer -r requirements-dev.txt
+	$(BIN)/python -m pip install -q -e shared -e services/parser -e services/trainer \
+		-e services/jobs -r requirements-dev.txt
 	touch $@
 
 DATA_DIR ?= ../shared/data

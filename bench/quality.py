@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -26,11 +25,9 @@ from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import load_corpus
 from synattn_trainer.evaluate import corpus_bleu, corpus_chrf, paired_bootstrap
 from synattn_trainer.model import count_parameters
+from synattn_trainer.presets import VARIANTS
 from synattn_trainer.tokenizer import train_tokenizer
 from synattn_trainer.train import Trainer, load_model
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from variants import VARIANTS
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench" / "quality"

@@ -25,42 +25,13 @@ from synattn_trainer import headmask
 from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import load_corpus, make_batch, token_batches
 from synattn_trainer.model import Transformer
+from synattn_trainer.presets import VARIANTS
 from synattn_trainer.tokenizer import load_tokenizer, train_tokenizer
 from synattn_trainer.train import token_loss
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench" / "variants"
 
-ENC_L0 = {"layers": [0]}
-ALL_TYPES = ("enc_self", "dec_self", "enc_dec")
-VARIANTS: dict[str, dict] = {  # config fragments: "attention" and/or "headmask"
-    "vanilla": {},
-    "dea": {"attention": {"enc_self": [{"name": "dea", **ENC_L0}]}},
-    "lpea": {"attention": {"enc_self": [{"name": "lpea", **ENC_L0}]}},
-    "rhe+dea": {"attention": {"enc_self": [{"name": "rhe", **ENC_L0}]}},
-    "rhe+lpea": {
-        "attention": {"enc_self": [{"name": "rhe", "options": {"sea": "lpea"}, **ENC_L0}]}
-    },
-    "slr-pure": {"attention": {"enc_self": [{"name": "slr", "options": {"mode": "pure"}}]}},
-    "slr-gated": {"attention": {"enc_self": [{"name": "slr", "options": {"mode": "gated"}}]}},
-    "rel_pos": {"attention": {"enc_self": [{"name": "rel_pos"}]}},
-    "localness": {"attention": {"enc_self": [{"name": "localness", "layers": [0, 1]}]}},
-    "lisa": {"attention": {"enc_self": [{"name": "lisa", **ENC_L0}]}},
-    "pascal": {"attention": {"enc_self": [{"name": "pascal", **ENC_L0}]}},
-    "sla": {"attention": {"enc_self": [{"name": "sla"}]}},
-    "fixed-token": {"attention": {"enc_self": [{"name": "fixed"}]}},
-    "fixed-word": {
-        "attention": {"enc_self": [{"name": "fixed", "options": {"word_based": True}}]}
-    },
-    "headmask-random": {"headmask": {"mode": "random"}},
-    "headmask-impt": {"headmask": {"mode": "impt"}},
-    "disagreement-output": {
-        "attention": {
-            t: [{"name": "disagreement", "options": {"term": "output"}}] for t in ALL_TYPES
-        }
-    },
-    "routing-em": {"attention": {"enc_self": [{"name": "routing", "layers": [0, 1]}]}},
-}
 KIND = {  # what the variant adds to the logits: the 0.85 goal is for bias/mask variants
     "dea": "mask", "lpea": "bias", "slr-pure": "bias", "localness": "bias",
     "headmask-impt": "one extra forward+backward", "headmask-random": "gates",

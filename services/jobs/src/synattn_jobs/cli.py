@@ -1,0 +1,314 @@
+"""CLI of the job queue: tokens, submit, jobs, cancel, watch, experiment run, report, worker and
+the job API server. Commands talk to the job store and the broker named by ``SYNATTN_*``
+settings (embedded SQLite under ``SYNATTN_HOME`` by default). Bad input: exit 2, one line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+
+from synattn_jobs.errors import BadJobSpec
+from synattn_jobs.settings import get_settings
+from synattn_jobs.specs import ParseJobSpec, TrainJobSpec
+from synattn_jobs.store import TERMINAL, Job, JobStore
+
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+def fail(reason: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {reason}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=code)
+
+
+def _store() -> JobStore:
+    return JobStore(get_settings().database_url)
+
+
+def _parse_sets(sets: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise fail(f"--set {item!r}: expected KEY=VALUE (dotted key, YAML value)")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def token_create(name: Annotated[str, typer.Argument(help="who the token is for")]) -> None:
+    """Create a job API bearer token (printed once; only its hash is stored)."""
+    print(_store().create_token(name))
+
+
+def token_revoke(name: str) -> None:
+    """Revoke every token of that name."""
+    n = _store().revoke_token(name)
+    console.print(f"revoked {n} token(s) named {name}")
+
+
+def submit_train_cmd(
+    config: Annotated[Path, typer.Argument(help="training config YAML under the data root")],
+    set_: Annotated[list[str], typer.Option("--set", help="override KEY=VALUE")] = [],  # noqa: B006
+    name: str | None = None,
+    out: Annotated[str | None, typer.Option(help="run directory (default: under runs_dir)")] = None,
+    split: Annotated[str, typer.Option(help="evaluate on valid or test")] = "valid",
+) -> None:
+    """Queue a training job (trains, then translates and scores the split)."""
+    from synattn_jobs.submit import submit_train
+
+    s = get_settings()
+    try:
+        spec = TrainJobSpec(
+            config=str(config.resolve()), overrides=_parse_sets(set_), evaluate={"split": split}
+        )
+        job = submit_train(_store(), s, spec, name, out)
+    except (BadJobSpec, ValueError) as exc:
+        raise fail(str(exc)) from None
+    print(job.id)
+
+
+def submit_parse_cmd(
+    src: Annotated[Path, typer.Option(help="source sentences, one per line (.gz allowed)")],
+    out: Annotated[Path, typer.Option(help="dataset directory to write")],
+    tgt: Annotated[Path | None, typer.Option(help="target side, stored per row")] = None,
+    backend: str = "spacy",
+    limit: int | None = None,
+    workers: int = 1,
+    rows_per_shard: int = 10_000,
+    name: str | None = None,
+) -> None:
+    """Queue a parse job (a corpus into Parquet shards)."""
+    from synattn_jobs.submit import submit_parse
+
+    try:
+        spec = ParseJobSpec(
+            src=str(src.resolve()), tgt=str(tgt.resolve()) if tgt else None,
+            out=str(out.resolve()), backend=backend, limit=limit, workers=workers,
+            rows_per_shard=rows_per_shard,
+        )  # fmt: skip
+        job = submit_parse(_store(), get_settings(), spec, name)
+    except (BadJobSpec, ValueError) as exc:
+        raise fail(str(exc)) from None
+    print(job.id)
+
+
+def _progress_text(job: Job) -> str:
+    p = job.progress or {}
+    parts = []
+    if "update" in p:
+        parts.append(f"upd {p['update']}/{p.get('max_updates', '?')}")
+    if "loss" in p:
+        parts.append(f"loss {p['loss']:.3f}")
+    if "rows" in p:
+        parts.append(f"rows {p['rows']}")
+    if "phase" in p and job.state == "running":
+        parts.append(str(p["phase"]))
+    if (job.result or {}).get("bleu") is not None:
+        parts.append(f"BLEU {job.result['bleu']:.2f}")
+    return ", ".join(parts)
+
+
+def jobs(
+    state: str | None = None,
+    experiment: str | None = None,
+    kind: str | None = None,
+) -> None:
+    """List jobs (oldest first) with state and progress."""
+    from rich.table import Table
+
+    store = _store()
+    exp_id = None
+    if experiment:
+        exp = store.experiment(experiment)
+        if exp is None:
+            raise fail(f"no experiment {experiment!r}")
+        exp_id = exp.id
+    t = Table()
+    for col in ("id", "kind", "name", "state", "attempts", "progress"):
+        t.add_column(col)
+    for j in store.jobs(state, exp_id, kind):
+        t.add_row(j.id, j.kind, j.name, j.state, str(j.attempts), _progress_text(j))
+    console.print(t)
+
+
+def cancel(job_id: str) -> None:
+    """Cancel a job: a queued one at once, a running one at its next step."""
+    job = _store().request_cancel(job_id)
+    if job is None:
+        raise fail(f"no job {job_id!r}")
+    console.print(f"{job.id}: {job.state}" + (" (cancel requested)" if job.state == "running" else ""))
+
+
+def _resolve_jobs(store: JobStore, ref: str) -> list[Job]:
+    job = store.get(ref)
+    if job is not None:
+        return [job]
+    exp = store.experiment(ref)
+    if exp is None:
+        raise fail(f"no job or experiment {ref!r}")
+    return list(store.jobs(experiment_id=exp.id))
+
+
+def wait_for(store: JobStore, ref: str, interval: float = 2.0, timeout: float | None = None,
+             quiet: bool = False) -> list[Job]:  # fmt: skip
+    """Poll until every job of ``ref`` (a job or an experiment) is final."""
+    from rich.live import Live
+    from rich.table import Table
+
+    start = time.monotonic()
+
+    def table(js: list[Job]) -> Table:
+        t = Table(title=f"{ref}: {sum(j.state in TERMINAL for j in js)}/{len(js)} done")
+        for col in ("id", "name", "state", "progress"):
+            t.add_column(col)
+        for j in js:
+            t.add_row(j.id, j.name, j.state, _progress_text(j))
+        return t
+
+    js = _resolve_jobs(store, ref)
+    with Live(table(js), console=console, refresh_per_second=2, transient=False,
+              auto_refresh=False, redirect_stdout=False) as live:  # fmt: skip
+        while True:
+            js = _resolve_jobs(store, ref)
+            if not quiet:
+                live.update(table(js), refresh=True)
+            if all(j.state in TERMINAL for j in js):
+                return js
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise fail(f"timed out after {timeout:.0f}s waiting for {ref}", code=1)
+            time.sleep(interval)
+
+
+def watch(
+    ref: Annotated[str, typer.Argument(help="job id, experiment id or experiment name")],
+    interval: float = 2.0,
+    timeout: float | None = None,
+) -> None:
+    """Follow jobs until they finish; exit 1 unless all succeeded."""
+    js = wait_for(_store(), ref, interval, timeout)
+    bad = [j for j in js if j.state != "succeeded"]
+    for j in bad:
+        err.print(f"{j.id} {j.name}: {j.state}" + (f": {j.error.splitlines()[-1]}" if j.error else ""))
+    if bad:
+        raise typer.Exit(code=1)
+
+
+def start_worker(queues: str = "parse,train", extra_env: dict[str, str] | None = None,
+                 log: Path | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
+    """A Celery worker process (solo pool: one task at a time, no fork) for these settings."""
+    cmd = [sys.executable, "-m", "celery", "-A", "synattn_jobs.worker", "worker", "-Q", queues,
+           "--pool", "solo", "--concurrency", "1", "--loglevel", "INFO",
+           "--without-gossip", "--without-mingle"]  # fmt: skip
+    env = {**os.environ, **(extra_env or {})}
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+    return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def experiment_run(
+    grid: Annotated[Path, typer.Argument(help="experiment grid YAML")],
+    wait: Annotated[bool, typer.Option(help="wait for every job, then print the table")] = False,
+    embedded_worker: Annotated[
+        bool, typer.Option(help="start a local worker for the run (needs --wait)")
+    ] = False,
+    report_dir: Annotated[Path | None, typer.Option(help="where the HTML report goes")] = None,
+) -> None:
+    """Queue an experiment (variants x seeds x hyper-parameters); optionally run it here."""
+    from synattn_jobs.submit import load_experiment_file, submit_experiment
+
+    s = get_settings()
+    store = _store()
+    try:
+        exp, js = submit_experiment(store, s, load_experiment_file(grid))
+    except (BadJobSpec, ValueError) as exc:
+        raise fail(str(exc)) from None
+    console.print(f"experiment {exp.name} ({exp.id}): {len(js)} jobs queued")
+    if not wait:
+        print(exp.id)
+        return
+    worker = start_worker(log=s.home / "worker.log") if embedded_worker else None
+    try:
+        wait_for(store, exp.id)
+    finally:
+        if worker is not None:
+            worker.terminate()
+            worker.wait(timeout=60)
+    _report(store, exp.id, report_dir, 1000)
+
+
+def _report(store: JobStore, ref: str, out: Path | None, bootstrap: int) -> None:
+    from synattn_jobs.report import comparison, print_table, write_html
+
+    exp = store.experiment(ref)
+    if exp is None:
+        raise fail(f"no experiment {ref!r}")
+    js = list(store.jobs(experiment_id=exp.id))
+    rep = comparison(exp, js, bootstrap)
+    print_table(rep)
+    s = get_settings()
+    assert s.runs_dir is not None
+    out = out or s.runs_dir / f"{exp.name}-{exp.id[:6]}" / "report"
+    path = write_html(rep, js, out)
+    console.print(f"report: {path}")
+    failed = [j for j in js if j.state != "succeeded"]
+    if failed:
+        raise fail(f"{len(failed)} of {len(js)} jobs did not succeed", code=1)
+
+
+def report(
+    experiment: Annotated[str, typer.Argument(help="experiment id or name")],
+    out: Annotated[Path | None, typer.Option(help="report folder")] = None,
+    bootstrap: int = 1000,
+) -> None:
+    """Comparison table of an experiment and its HTML report."""
+    _report(_store(), experiment, out, bootstrap)
+
+
+def worker(
+    queues: Annotated[str, typer.Option(help="comma-separated: parse, train")] = "parse,train",
+) -> None:
+    """Run a worker in the foreground (solo pool, one job at a time)."""
+    proc = start_worker(queues)
+    try:
+        raise typer.Exit(code=proc.wait())
+    except KeyboardInterrupt:
+        proc.terminate()
+        raise typer.Exit(code=proc.wait()) from None
+
+
+def serve_jobs(host: str | None = None, port: int | None = None) -> None:
+    """Serve the job API (uvicorn)."""
+    import uvicorn
+
+    s = get_settings()
+    uvicorn.run("synattn_jobs.api:app_factory", factory=True, host=host or s.api_host,
+                port=port or s.api_port)  # fmt: skip
+
+
+def register(app: typer.Typer) -> None:
+    """Add the job commands to the ``synattn`` CLI (entry point ``synattn.cli``)."""
+    tok = typer.Typer(help="Job API bearer tokens.", no_args_is_help=True)
+    tok.command("create")(token_create)
+    tok.command("revoke")(token_revoke)
+    app.add_typer(tok, name="token")
+    sub = typer.Typer(help="Queue a job.", no_args_is_help=True)
+    sub.command("train")(submit_train_cmd)
+    sub.command("parse")(submit_parse_cmd)
+    app.add_typer(sub, name="submit")
+    app.command("jobs")(jobs)
+    app.command("cancel")(cancel)
+    app.command("watch")(watch)
+    exp = typer.Typer(help="Experiments: grids of training jobs.", no_args_is_help=True)
+    exp.command("run")(experiment_run)
+    app.add_typer(exp, name="experiment")
+    app.command("report")(report)
+    app.command("worker")(worker)
+    app.command("serve-jobs")(serve_jobs)

@@ -1,0 +1,211 @@
+"""Comparison of an experiment's runs: a table (terminal and JSON) and an HTML report.
+
+Per variant (and hyper-parameter combination): BLEU mean and standard deviation over seeds,
+the paired-bootstrap p-value against the baseline (sacreBLEU; seeds pooled: each seed's output
+is paired with the baseline's output of the same seed and the pairs are concatenated), chrF,
+parameters and median training tokens/s. The HTML report embeds loss curves and, where a run
+logged them, gate and head-label heatmaps.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from synattn_jobs.store import Experiment, Job
+
+
+def _lines(path: str | None) -> list[str]:
+    if not path or not Path(path).is_file():
+        return []
+    return Path(path).read_text(encoding="utf-8").splitlines()
+
+
+def _group_key(job: Job) -> str:
+    tag = ",".join(f"{k}={v}" for k, v in sorted((job.params or {}).items()))
+    return f"{job.variant}" + (f" [{tag}]" if tag else "")
+
+
+def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[str, Any]:
+    """The table's rows: one per variant x hyper-parameters, seeds aggregated."""
+    from synattn_trainer.evaluate import paired_bootstrap
+
+    groups: dict[str, list[Job]] = defaultdict(list)
+    for job in jobs:
+        groups[_group_key(job)].append(job)
+    base_jobs = {j.seed: j for j in jobs if j.variant == exp.baseline and not j.params} or {
+        j.seed: j for j in jobs if j.variant == exp.baseline
+    }
+    rows = []
+    for key, members in groups.items():
+        done = [j for j in members if j.state == "succeeded" and "bleu" in (j.result or {})]
+        bleus = [j.result["bleu"] for j in done]
+        row: dict[str, Any] = {
+            "variant": key,
+            "runs": len(members),
+            "succeeded": len(done),
+            "states": sorted({j.state for j in members}),
+            "bleu_mean": statistics.fmean(bleus) if bleus else None,
+            "bleu_std": statistics.stdev(bleus) if len(bleus) > 1 else 0.0 if bleus else None,
+            "chrf_mean": statistics.fmean(j.result["chrf"] for j in done) if done else None,
+            "parameters": done[0].result.get("parameters") if done else None,
+            "tokens_per_s": statistics.median(
+                [j.result["tokens_per_s"] for j in done if j.result.get("tokens_per_s")] or [0]
+            )
+            if done
+            else None,
+            "p_value": None,
+            "is_baseline": all(j.variant == exp.baseline for j in members)
+            and not any(j.params for j in members),
+            "jobs": [j.id for j in members],
+        }
+        if done and not row["is_baseline"]:
+            sys_h: list[str] = []
+            base_h: list[str] = []
+            refs: list[str] = []
+            for j in done:
+                b = base_jobs.get(j.seed)
+                if b is None or b.state != "succeeded" or "hyp" not in (b.result or {}):
+                    continue
+                h, bh, r = _lines(j.result.get("hyp")), _lines(b.result["hyp"]), _lines(
+                    j.result.get("ref")
+                )
+                if h and len(h) == len(bh) == len(r):
+                    sys_h += h
+                    base_h += bh
+                    refs += r
+            if refs:
+                row["p_value"] = paired_bootstrap(sys_h, base_h, refs, bootstrap).p_value
+        rows.append(row)
+    rows.sort(key=lambda r: (not r["is_baseline"], r["variant"]))
+    signature = next(
+        (j.result.get("bleu_signature") for j in jobs if (j.result or {}).get("bleu_signature")),
+        None,
+    )
+    return {
+        "experiment": exp.id,
+        "name": exp.name,
+        "baseline": exp.baseline,
+        "split": exp.spec.get("evaluate", {}).get("split", "valid"),
+        "seeds": exp.spec.get("seeds"),
+        "rows": rows,
+        "signature": signature,
+    }
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table_rows(report: dict[str, Any]) -> list[list[str]]:
+    """Formatted cells (header first), shared by the terminal and the HTML table."""
+    out = [["variant", "runs", "BLEU", "± std", "p vs " + report["baseline"], "chrF", "params",
+            "tok/s"]]  # fmt: skip
+    for r in report["rows"]:
+        runs = f"{r['succeeded']}/{r['runs']}"
+        if r["succeeded"] < r["runs"]:
+            runs += " (" + ",".join(r["states"]) + ")"
+        out.append(
+            [r["variant"] + (" (baseline)" if r["is_baseline"] else ""), runs,
+             _fmt(r["bleu_mean"], ".2f"), _fmt(r["bleu_std"], ".2f"),
+             "-" if r["is_baseline"] else _fmt(r["p_value"], ".4f"),
+             _fmt(r["chrf_mean"], ".2f"), _fmt(r["parameters"], ",d"),
+             _fmt(r["tokens_per_s"], ".0f")]
+        )  # fmt: skip
+    return out
+
+
+def print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = table_rows(report)
+    t = Table(
+        title=f"experiment {report['name']} ({report['experiment']}), {report['split']} BLEU",
+        caption=report.get("signature") or "",
+    )
+    for i, h in enumerate(rows[0]):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for r in rows[1:]:
+        t.add_row(*r)
+    Console(width=140).print(t)
+
+
+def _png_b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def loss_curves(jobs: list[Job], out: Path) -> Path | None:
+    """Training loss over updates for every run, one line each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = 0
+    for job in jobs:
+        metrics = Path(job.out_dir) / "metrics.jsonl"
+        if not metrics.is_file():
+            continue
+        pts = [
+            (rec["update"], rec["loss"])
+            for rec in map(json.loads, metrics.read_text(encoding="utf-8").splitlines())
+            if rec.get("event") == "update"
+        ]
+        if pts:
+            ax.plot(*zip(*pts), label=job.name)
+            drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("update")
+    ax.set_ylabel("training loss (label-smoothed, per token)")
+    ax.legend(fontsize=7)
+    ax.set_title("loss curves")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def write_html(report: dict[str, Any], jobs: list[Job], out_dir: Path) -> Path:
+    """``report.html`` with the table and figures (PNG beside it and embedded)."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    from synattn_trainer.plots import gate_heatmap, label_history, variant_history
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures: list[dict[str, str]] = []
+    curves = loss_curves(jobs, out_dir / "loss.png")
+    if curves:
+        figures.append({"title": "Loss curves", "png": _png_b64(curves)})
+    for job in jobs:
+        metrics = Path(job.out_dir) / "metrics.jsonl"
+        if job.state != "succeeded" or not metrics.is_file():
+            continue
+        stats = variant_history(metrics)
+        if "gate" in stats:
+            p = gate_heatmap(metrics, out_dir / f"gates-{job.name}.png")
+            figures.append({"title": f"Gates per layer and head: {job.name}", "png": _png_b64(p)})
+        if "important" in stats:
+            p = label_history(metrics, out_dir / f"labels-{job.name}.png")
+            figures.append({"title": f"RHE head labels: {job.name}", "png": _png_b64(p)})
+    env = Environment(
+        loader=PackageLoader("synattn_jobs", "templates"), autoescape=select_autoescape()
+    )
+    page = env.get_template("report.html").render(
+        report=report, table=table_rows(report), figures=figures, jobs=jobs,
+        escape=html.escape,
+    )  # fmt: skip
+    path = out_dir / "report.html"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    return path

@@ -1,0 +1,129 @@
+"""What a worker does with a claimed job: train (then translate and score) or parse.
+
+Runners are plain functions of the job's spec, its run directory and two callbacks (progress,
+cancellation), so they run the same under Celery, in tests and in a debugger. A training run
+resumes from its newest checkpoint, which is what makes a redelivered task continue, not restart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from synattn_jobs.specs import ParseJobSpec, TrainJobSpec
+
+Progress = Callable[[dict[str, Any]], None]
+ShouldStop = Callable[[], bool]
+
+
+class Cancelled(Exception):
+    """The job's cancel flag was seen between steps."""
+
+
+def median_tokens_per_s(metrics: Path) -> float | None:
+    """Median of the logged training speeds (first record excluded: it includes start-up)."""
+    speeds = []
+    if metrics.is_file():
+        for line in metrics.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            if rec.get("event") == "update" and rec.get("update", 0) > 1:
+                speeds.append(rec["tokens_per_s"])
+    if not speeds:
+        return None
+    speeds.sort()
+    return speeds[len(speeds) // 2]
+
+
+def run_train(
+    spec: TrainJobSpec, out_dir: Path, progress: Progress, should_stop: ShouldStop
+) -> dict[str, Any]:
+    """Train (or resume) the run in ``out_dir``, then translate and score the eval split."""
+    from synattn_trainer.config import load_config
+    from synattn_trainer.evaluate import corpus_bleu, corpus_chrf
+    from synattn_trainer.inference import translate_split
+    from synattn_trainer.model import count_parameters
+    from synattn_trainer.train import Trainer
+
+    cfg = load_config(spec.config, spec.overrides)
+    trainer = Trainer(cfg, out_dir, progress=False)
+    progress({"phase": "train", "max_updates": cfg.train.max_updates})
+
+    def on_update(rec: dict[str, Any]) -> None:
+        progress(
+            {"update": rec["update"], "epoch": rec["epoch"], "loss": round(rec["loss"], 4),
+             "tokens_per_s": round(rec["tokens_per_s"], 1)}
+        )  # fmt: skip
+
+    result = trainer.train(should_stop=should_stop, on_update=on_update)
+    if result.stopped == "cancelled":
+        raise Cancelled(f"cancelled at update {result.update}")
+    checkpoint = result.averaged or result.checkpoint
+    out: dict[str, Any] = {
+        "update": result.update,
+        "epoch": result.epoch,
+        "stopped": result.stopped,
+        "best_valid_loss": result.best_valid_loss,
+        "checkpoint": str(checkpoint) if checkpoint else None,
+        "parameters": count_parameters(trainer.model),
+        "tokens_per_s": median_tokens_per_s(out_dir / "metrics.jsonl"),
+        "metrics": str(out_dir / "metrics.jsonl"),
+    }
+    ev = spec.evaluate
+    if ev is not None and checkpoint is not None:
+        split = getattr(cfg.data, ev.split)
+        if split is None:
+            raise ValueError(f"evaluate.split {ev.split!r}: the config has no data.{ev.split}")
+        progress({"phase": f"translate {ev.split}"})
+        hyps = translate_split(Path(checkpoint), Path(split), beam=ev.beam)
+        refs = [r["tgt"] for r in _rows(Path(split))]
+        if ev.limit:
+            hyps, refs = hyps[: ev.limit], refs[: ev.limit]
+        hyp_path = out_dir / f"hyp.{ev.split}.txt"
+        ref_path = out_dir / f"ref.{ev.split}.txt"
+        _write_lines(hyp_path, hyps)
+        _write_lines(ref_path, refs)
+        bleu = corpus_bleu(hyps, refs)
+        out.update(
+            split=ev.split, bleu=round(bleu.score, 2), bleu_signature=str(bleu.signature),
+            chrf=round(corpus_chrf(hyps, refs).score, 2), hyp=str(hyp_path), ref=str(ref_path),
+        )  # fmt: skip
+        progress({"bleu": out["bleu"]})
+    return out
+
+
+def _rows(data: Path) -> list[dict[str, Any]]:
+    from synattn_shared.shards import ShardDataset
+
+    return list(ShardDataset(data).iter_rows(columns=["tgt"]))
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    tmp.replace(path)
+
+
+def run_parse(
+    spec: ParseJobSpec, out_dir: Path, progress: Progress, should_stop: ShouldStop
+) -> dict[str, Any]:
+    """Parse a corpus into shards; finished shards of an earlier attempt are kept (resume)."""
+    from synattn_parser.batch import parse_corpus
+
+    done = {"shards": 0, "rows": 0, "skipped": 0}
+
+    def on_shard(info: Any, skipped: bool) -> None:
+        done["shards"] += 1
+        done["rows"] += info.rows
+        done["skipped"] += int(skipped)
+        progress(dict(done))
+        if should_stop():
+            raise Cancelled(f"cancelled after {done['shards']} shards")
+
+    manifest = parse_corpus(
+        Path(spec.src), Path(spec.out), tgt=Path(spec.tgt) if spec.tgt else None,
+        backend=spec.backend, workers=spec.workers, rows_per_shard=spec.rows_per_shard,
+        pretokenized=spec.pretokenized, limit=spec.limit, on_shard=on_shard,
+    )  # fmt: skip
+    return {"out": spec.out, "rows": manifest.rows, "shards": len(manifest.shards), **done}

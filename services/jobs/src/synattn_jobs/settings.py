@@ -1,0 +1,69 @@
+"""Job queue settings: one pydantic object read from ``SYNATTN_*`` environment variables.
+
+With nothing set, everything is embedded under ``SYNATTN_HOME`` (default ``~/.synattn``): the
+job store and the broker are SQLite files, so a laptop needs no server. Compose and clusters set
+``SYNATTN_BROKER_URL=redis://...`` and ``SYNATTN_DATABASE_URL=postgresql+psycopg://...``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class JobSettings(BaseSettings):
+    """Where jobs are stored and queued, and how long-running tasks are supervised."""
+
+    model_config = SettingsConfigDict(env_prefix="SYNATTN_", extra="ignore")
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".synattn")
+    broker_url: str = ""  # default: kombu's SQLAlchemy transport on <home>/broker.sqlite
+    database_url: str = ""  # default: SQLite at <home>/jobs.sqlite
+    data_root: Path = Field(
+        default_factory=Path.cwd,
+        description="every path in a job configuration must lie inside this folder",
+    )
+    runs_dir: Path | None = None  # default: <data_root>/runs
+    heartbeat_s: float = Field(10.0, gt=0, description="running jobs refresh their heartbeat")
+    stale_after_s: float = Field(
+        60.0, gt=0, description="a running job silent this long is requeued by the reaper"
+    )
+    cancel_poll_s: float = Field(1.0, ge=0, description="how often a trainer reads the flag")
+    visibility_timeout_s: int = Field(
+        7 * 24 * 3600, description="Redis redelivery of unacked tasks: longer than any run"
+    )
+    max_retries: int = Field(5, ge=0, description="retries of transient errors, with backoff")
+    api_host: str = "127.0.0.1"
+    api_port: int = 8002
+
+    @model_validator(mode="after")
+    def _defaults(self) -> JobSettings:
+        self.home = self.home.expanduser().resolve()
+        self.data_root = self.data_root.expanduser().resolve()
+        if not self.broker_url:
+            self.broker_url = f"sqla+sqlite:///{self.home / 'broker.sqlite'}"
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.home / 'jobs.sqlite'}"
+        if self.runs_dir is None:
+            self.runs_dir = self.data_root / "runs"
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        """True when the broker is a local SQLite file (no server)."""
+        return self.broker_url.startswith("sqla+sqlite")
+
+    def prepare(self) -> None:
+        """Create the folders an embedded install writes to."""
+        self.home.mkdir(parents=True, exist_ok=True)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> JobSettings:
+    """The process-wide settings (tests clear the cache after changing the environment)."""
+    s = JobSettings()
+    s.prepare()
+    return s

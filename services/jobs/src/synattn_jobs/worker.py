@@ -1,0 +1,205 @@
+"""The Celery app: queues ``parse`` and ``train``; tasks carry a job id, the job store the rest.
+
+Start a worker with ``synattn worker --queues train`` (or ``celery -A synattn_jobs.worker
+worker -Q train --pool solo --concurrency 1``). Settings chosen for hours-long tasks: late acks,
+reject on worker loss, prefetch 1, a Redis visibility timeout longer than any run, and on top of
+that a heartbeat per running job: a reaper thread in every worker puts jobs whose worker went
+silent (``kill -9``, a lost node) back on the queue, and they resume from their last checkpoint.
+A task claims its job with one conditional UPDATE, so redeliveries never run a job twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from celery import Celery, signals
+from kombu import Queue
+from pydantic import ValidationError
+
+from synattn_jobs.errors import BadJobSpec
+from synattn_jobs.runners import Cancelled
+from synattn_jobs.settings import JobSettings, get_settings
+from synattn_jobs.specs import ParseJobSpec, TrainJobSpec
+from synattn_jobs.store import JobStore
+
+log = logging.getLogger("synattn.jobs")
+TASK_FOR_KIND = {"parse": "synattn.jobs.parse", "train": "synattn.jobs.train"}
+
+
+def make_app(settings: JobSettings) -> Celery:
+    """A Celery app for these settings (the broker: Redis, or SQLite when embedded)."""
+    app = Celery("synattn_jobs", broker=settings.broker_url)
+    app.conf.update(
+        task_queues=[Queue("parse"), Queue("train")],
+        task_default_queue="train",
+        task_routes={TASK_FOR_KIND["parse"]: {"queue": "parse"},
+                     TASK_FOR_KIND["train"]: {"queue": "train"}},  # fmt: skip
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,  # the job store holds results
+        task_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        # kombu's SQLAlchemy transport hands its options to create_engine: Redis ones only
+        broker_transport_options=(
+            {} if settings.embedded else {"visibility_timeout": settings.visibility_timeout_s}
+        ),
+        worker_hijack_root_logger=False,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+    )
+    return app
+
+
+settings = get_settings()
+app = make_app(settings)
+_store: JobStore | None = None
+
+
+def store() -> JobStore:
+    global _store
+    if _store is None:
+        _store = JobStore(settings.database_url)
+    return _store
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def enqueue(job_id: str, kind: str) -> None:
+    """Send a job's task to its queue."""
+    app.send_task(TASK_FOR_KIND[kind], args=[job_id], queue=kind)
+
+
+class Heartbeat(threading.Thread):
+    """Refreshes a running job's heartbeat until stopped; notices cancel flags on the way."""
+
+    def __init__(self, job_id: str, me: str) -> None:
+        super().__init__(daemon=True, name=f"heartbeat-{job_id}")
+        self.job_id, self.me = job_id, me
+        self.stop = threading.Event()
+        self.lost = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(settings.heartbeat_s):
+            try:
+                if not store().heartbeat(self.job_id, self.me):
+                    self.lost.set()  # requeued elsewhere or cancelled: stop working on it
+            except Exception:  # a store hiccup must not kill the job; the next beat retries
+                log.exception("heartbeat of %s failed", self.job_id)
+
+
+def cancel_checker(job_id: str, beat: Heartbeat) -> Callable[[], bool]:
+    """``should_stop`` for the trainer: reads the flag at most every ``cancel_poll_s``."""
+    last = [0.0, False]
+
+    def should_stop() -> bool:
+        if beat.lost.is_set():
+            return True
+        now = time.monotonic()
+        if now - last[0] >= settings.cancel_poll_s:
+            last[0] = now
+            last[1] = store().cancel_requested(job_id)
+        return bool(last[1])
+
+    return should_stop
+
+
+TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+
+
+def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
+    """Claim the job, run it with a heartbeat, record the outcome. Safe to deliver twice."""
+    from synattn_jobs import runners
+
+    s = store()
+    me = worker_name()
+    if not s.claim(job_id, me, settings.stale_after_s):
+        job = s.get(job_id)
+        state = None if job is None else job.state
+        log.info("job %s not claimed (state %s): nothing to do", job_id, state)
+        return {"job": job_id, "skipped": state}
+    job = s.get(job_id)
+    assert job is not None
+    beat = Heartbeat(job_id, me)
+    beat.start()
+    should_stop = cancel_checker(job_id, beat)
+    try:
+        if kind == "train":
+            spec: Any = TrainJobSpec.model_validate(job.spec)
+            run: Callable[..., dict[str, Any]] = runners.run_train
+        else:
+            spec = ParseJobSpec.model_validate(job.spec)
+            run = runners.run_parse
+        result = run(spec, Path(job.out_dir), lambda p: s.set_progress(job_id, p), should_stop)
+    except Cancelled as exc:
+        s.finish(job_id, "cancelled", error=str(exc), worker=me)
+        return {"job": job_id, "state": "cancelled"}
+    except (BadJobSpec, ValidationError, FileNotFoundError, ValueError) as exc:
+        s.finish(job_id, "failed", error=f"{type(exc).__name__}: {exc}", worker=me)
+        return {"job": job_id, "state": "failed"}  # bad configuration: never retried
+    except TRANSIENT as exc:
+        s.release(job_id, me, f"{type(exc).__name__}: {exc}")
+        raise task.retry(exc=exc, countdown=min(300, 5 * 2**task.request.retries)) from exc
+    except Exception as exc:
+        s.finish(job_id, "failed", error="".join(traceback.format_exception(exc))[-4000:],
+                 worker=me)  # fmt: skip
+        return {"job": job_id, "state": "failed"}
+    finally:
+        beat.stop.set()
+    if beat.lost.is_set():
+        return {"job": job_id, "state": "lost"}
+    s.finish(job_id, "succeeded", result=result, worker=me)
+    return {"job": job_id, "state": "succeeded"}
+
+
+@app.task(name=TASK_FOR_KIND["train"], bind=True, max_retries=settings.max_retries)
+def train_job(self: Any, job_id: str) -> dict[str, Any]:
+    """Run (or resume) one training job."""
+    return execute(self, job_id, "train")
+
+
+@app.task(name=TASK_FOR_KIND["parse"], bind=True, max_retries=settings.max_retries)
+def parse_job(self: Any, job_id: str) -> dict[str, Any]:
+    """Run (or resume) one parse job."""
+    return execute(self, job_id, "parse")
+
+
+def reap_once() -> list[str]:
+    """Requeue the jobs whose worker stopped beating, and send their tasks again."""
+    requeued = store().requeue_stale(settings.stale_after_s)
+    for job_id in requeued:
+        job = store().get(job_id)
+        if job is not None:
+            log.warning("job %s lost its worker; requeued", job_id)
+            enqueue(job_id, job.kind)
+    return requeued
+
+
+class Reaper(threading.Thread):
+    """Runs ``reap_once`` every half ``stale_after_s`` inside each worker process."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True, name="synattn-reaper")
+
+    def run(self) -> None:
+        while True:
+            try:
+                reap_once()
+            except Exception:
+                log.exception("reaper pass failed")
+            time.sleep(max(0.5, settings.stale_after_s / 2))
+
+
+@signals.worker_ready.connect
+def _start_reaper(**_: Any) -> None:
+    Reaper().start()

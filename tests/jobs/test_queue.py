@@ -1,0 +1,133 @@
+"""Integration: jobs through real Celery worker processes, over Redis and the embedded broker,
+with the job store on SQLite and PostgreSQL; worker loss, broker restart and cancellation."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.jobs.conftest import Env
+
+
+def _submit(env: Env, config: str = "configs/tiny.yaml", *extra: str) -> str:
+    return env.cli("submit", "train", str(env.root / config), *extra).stdout.strip()
+
+
+def _events(job_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (job_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_train_job_succeeds_over_the_embedded_broker(embedded: Env) -> None:
+    job_id = _submit(embedded)
+    assert embedded.store().get(job_id).state == "queued"
+    embedded.worker()
+    job = embedded.wait(job_id, {"succeeded", "failed"})
+    assert job.state == "succeeded", job.error
+    assert job.attempts == 1
+    assert job.result["update"] == 10 and job.result["bleu"] >= 0
+    assert "nrefs:1" in job.result["bleu_signature"]
+    assert Path(job.result["hyp"]).is_file() and Path(job.result["checkpoint"]).is_file()
+    out = embedded.cli("jobs").stdout
+    assert job_id in out and "succeeded" in out
+
+
+def test_train_job_succeeds_over_redis_with_postgres_store(
+    over_redis: Env, postgres_url: str
+) -> None:
+    over_redis.vars["SYNATTN_DATABASE_URL"] = postgres_url
+    job_id = _submit(over_redis)
+    over_redis.worker("train")
+    job = over_redis.wait(job_id, {"succeeded", "failed"})
+    assert job.state == "succeeded", job.error
+    assert over_redis.store().engine.dialect.name == "postgresql"
+
+
+def test_parse_job_over_redis(over_redis: Env, m30k: dict[str, Path]) -> None:
+    src = over_redis.root / "parse-src.en"
+    src.write_text("A dog runs .\nTwo men play chess in a park .\n", encoding="utf-8")
+    out = over_redis.root / "parsed" / f"p{os.getpid()}-{time.time_ns()}"
+    job_id = over_redis.cli(
+        "submit", "parse", "--src", str(src), "--out", str(out), "--rows-per-shard", "1"
+    ).stdout.strip()
+    over_redis.worker("parse")
+    job = over_redis.wait(job_id, {"succeeded", "failed"}, timeout=120)
+    assert job.state == "succeeded", job.error
+    assert job.result["rows"] == 2 and job.result["shards"] == 2
+    assert (out / "manifest.json").is_file()
+
+
+def test_killed_worker_job_resumes_from_its_checkpoint(over_redis: Env) -> None:
+    job_id = _submit(over_redis, "configs/mid.yaml")
+    first = over_redis.worker("train")
+    over_redis.wait(job_id, {"running"}, timeout=120, update=12)
+    run = Path(over_redis.store().get(job_id).out_dir)
+    assert list((run / "checkpoints").glob("ckpt-*.pt"))
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    killed_at = over_redis.store().get(job_id).progress["update"]
+    assert killed_at < 40
+    over_redis.worker("train")  # its reaper finds the silent job and requeues it
+    job = over_redis.wait(job_id, {"succeeded", "failed"}, timeout=240)
+    assert job.state == "succeeded", job.error
+    assert job.attempts == 2
+    events = _events(run)
+    starts = [e for e in events if e["event"] == "start"]
+    assert [s["resumed"] for s in starts] == [False, True]
+    assert 5 <= starts[1]["update"] <= killed_at  # from the last checkpoint, not from zero
+    assert [e["update"] for e in events if e["event"] == "end"] == [40]  # completed once
+
+
+def test_queued_jobs_survive_a_redis_restart(
+    data_root: Path, tmp_path: Path, own_redis: dict
+) -> None:
+    (tmp_path / "home").mkdir()
+    env = Env(data_root, tmp_path / "home", own_redis["url"])
+    try:
+        ids = [_submit(env), _submit(env)]
+        proc = own_redis["proc"]
+        proc.send_signal(signal.SIGKILL)  # no clean shutdown: only the AOF keeps the queue
+        proc.wait()
+        own_redis["start"]()
+        env.worker("train")
+        for job_id in ids:
+            job = env.wait(job_id, {"succeeded", "failed"})
+            assert job.state == "succeeded", job.error
+    finally:
+        env.stop()
+
+
+def test_cancelling_a_running_job(embedded: Env) -> None:
+    job_id = _submit(embedded, "configs/long.yaml")
+    embedded.worker("train")
+    embedded.wait(job_id, {"running"}, timeout=120, update=3)
+    t0 = time.monotonic()
+    out = embedded.cli("cancel", job_id).stdout
+    assert "cancel requested" in out
+    job = embedded.wait(job_id, {"cancelled", "failed", "succeeded"}, timeout=60)
+    assert job.state == "cancelled"
+    assert time.monotonic() - t0 < 30
+    assert job.result == {} and job.progress["update"] < 100_000
+
+
+def test_watch_exit_status_and_bad_config(embedded: Env) -> None:
+    bad = embedded.cli("submit", "train", "/etc/passwd", check=False)
+    assert bad.returncode == 2 and "outside the data root" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    cfg = embedded.root / "configs" / "broken.yaml"
+    cfg.write_text("model: {d_model: -1}\n", encoding="utf-8")
+    bad = embedded.cli("submit", "train", str(cfg), check=False)
+    assert bad.returncode == 2 and "broken.yaml" in bad.stderr
+    job_id = _submit(embedded)
+    embedded.cli("cancel", job_id)
+    watch = embedded.cli("watch", job_id, "--interval", "0.2", check=False)
+    assert watch.returncode == 1 and "cancelled" in watch.stderr
+    assert subprocess.run  # the CLI is a real process throughout
+
+
+pytestmark = pytest.mark.integration
