@@ -26,7 +26,8 @@ DATA_DIR ?= ../shared/data
 DEMO_PAIRS ?= 6000
 M30K := $(DEMO_OUT)/m30k
 
-# parse a Multi30k subset, learn the vocabulary, train a tiny model, translate and score it
+# parse a Multi30k subset, learn the vocabulary, then an experiment (vanilla, dea, slr-gated)
+# through the embedded queue and worker: train, translate, score, compare, report
 demo: venv
 	$(BIN)/synattn features --trees examples/running_example.mrg --out $(DEMO_OUT)/ptb --overwrite
 	$(BIN)/synattn inspect $(DEMO_OUT)/ptb --row 0
@@ -37,11 +38,8 @@ demo: venv
 		--out $(M30K)/valid
 	$(BIN)/synattn tokenizer train --data $(M30K)/train --data $(M30K)/valid \
 		--out $(M30K)/tokenizer.json --vocab-size 4000
-	$(BIN)/synattn train examples/configs/demo-tiny.yaml --out $(DEMO_OUT)/runs/vanilla
-	$(BIN)/synattn translate --checkpoint $(DEMO_OUT)/runs/vanilla/averaged.pt \
-		--data $(M30K)/valid --out $(DEMO_OUT)/runs/vanilla/valid.de
-	$(BIN)/synattn evaluate --hyp $(DEMO_OUT)/runs/vanilla/valid.de \
-		--ref $(DEMO_OUT)/raw/val.de.gz --bins multi30k
+	SYNATTN_HOME=$(DEMO_OUT)/jobs SYNATTN_DATA_ROOT=$(CURDIR) SYNATTN_RUNS_DIR=$(DEMO_OUT)/runs \
+		$(BIN)/synattn experiment run examples/experiments/demo.yaml --wait --embedded-worker
 
 lint: venv
 	$(BIN)/ruff check .

@@ -1,0 +1,71 @@
+"""The main job's code path at CI size: an experiment grid through an embedded worker, the
+comparison table, and the HTML report rendered by headless Chromium."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.jobs.conftest import Env
+
+
+def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
+    grid = embedded.root / "configs" / f"grid-{tmp_path.name}.yaml"
+    grid.write_text(yaml.safe_dump({
+        "name": f"ci-{tmp_path.name}", "config": "tiny.yaml", "baseline": "vanilla",
+        "variants": ["vanilla", "dea", "slr-gated"], "seeds": [1],
+    }), encoding="utf-8")  # fmt: skip
+    report_dir = tmp_path / "report"
+    proc = embedded.cli("experiment", "run", str(grid), "--wait", "--embedded-worker",
+                        "--report-dir", str(report_dir), check=False, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    for name in ("vanilla (baseline)", "dea", "slr-gated", "p vs vanilla", "BLEU"):
+        assert name in out, out
+    assert f"report: {report_dir / 'report.html'}" in out.replace("\n", "")
+    html = (report_dir / "report.html").read_text()
+    assert html.count("data:image/png;base64") >= 2  # loss curves + the slr-gated gate heatmap
+    assert "Gates per layer and head: slr-gated-s1" in html
+    # the report command recomputes the same table from the store
+    again = embedded.cli("report", f"ci-{tmp_path.name}", "--out", str(tmp_path / "r2"))
+    assert "slr-gated" in again.stdout
+
+
+def test_report_renders_in_headless_chromium(embedded: Env, tmp_path: Path) -> None:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium is needed (.ci/services.sh installs Debian's package)")
+    from synattn_jobs.report import comparison, write_html
+    from synattn_jobs.store import JobStore
+
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
+    exp = store.create_experiment("shot", "vanilla", {"seeds": [1], "evaluate": {"split": "valid"}})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        "".join(f'{{"event": "update", "update": {u}, "loss": {9 - u / 10}}}\n' for u in range(1, 40))
+    )
+    for variant, bleu in (("vanilla", 20.0), ("dea", 21.0)):
+        job = store.create_job("train", f"{variant}-s1", {}, str(run), experiment_id=exp.id,
+                               variant=variant, seed=1)  # fmt: skip
+        store.claim(job.id, "w", 60)
+        store.finish(job.id, "succeeded", {"bleu": bleu, "chrf": 50.0, "parameters": 10,
+                                           "tokens_per_s": 100.0})  # fmt: skip
+    jobs = list(store.jobs(experiment_id=exp.id))
+    page = write_html(comparison(exp, jobs), jobs, tmp_path / "report")
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--screenshot={shot}", "--window-size=1200,900", page.as_uri()],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    import matplotlib.image
+
+    img = matplotlib.image.imread(shot)
+    assert img.shape[0] == 900 and img.shape[1] == 1200
+    assert float(np.std(img[..., :3])) > 0.05  # text, table and plot, not a blank page

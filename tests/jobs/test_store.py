@@ -1,0 +1,107 @@
+"""The job store on SQLite and PostgreSQL: exclusive claims, heartbeats, the reaper's requeue,
+cancellation and hashed tokens; and the spec checks that guard it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from synattn_jobs.errors import BadJobSpec
+from synattn_jobs.specs import ExperimentSpec, inside_root
+from synattn_jobs.store import JobStore, token_digest
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> JobStore:
+    if request.param == "sqlite":
+        return JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
+    return JobStore(request.getfixturevalue("postgres_url"))
+
+
+def _job(store: JobStore) -> str:
+    return store.create_job("train", "j", {"config": "x"}, "/tmp/run").id
+
+
+def test_only_one_of_many_concurrent_claims_wins(store: JobStore) -> None:
+    job_id = _job(store)
+    wins: list[str] = []
+
+    def claim(me: str) -> None:
+        if store.claim(job_id, me, stale_after_s=60):
+            wins.append(me)
+
+    threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    job = store.get(job_id)
+    assert job.state == "running" and job.worker == wins[0] and job.attempts == 1
+    assert not store.claim(job_id, "late", stale_after_s=60)  # a redelivery is a no-op
+    assert store.finish(job_id, "succeeded", {"bleu": 1.0}, worker=wins[0])
+    assert not store.claim(job_id, "late", stale_after_s=0)  # finished jobs never rerun
+
+
+def test_silent_jobs_are_requeued_and_the_old_worker_loses_them(store: JobStore) -> None:
+    job_id = _job(store)
+    assert store.claim(job_id, "old", stale_after_s=60)
+    assert store.heartbeat(job_id, "old")
+    assert store.requeue_stale(stale_after_s=60) == []
+    time.sleep(0.05)
+    assert store.requeue_stale(stale_after_s=0.01) == [job_id]
+    assert store.get(job_id).state == "queued"
+    assert store.claim(job_id, "new", stale_after_s=60)
+    assert not store.heartbeat(job_id, "old")  # the old worker learns it lost the job
+    assert not store.finish(job_id, "succeeded", {}, worker="old")
+    assert store.get(job_id).attempts == 2
+
+
+def test_cancel_flags(store: JobStore) -> None:
+    queued, running = _job(store), _job(store)
+    assert store.request_cancel(queued).state == "cancelled"
+    assert not store.claim(queued, "w", 60)
+    store.claim(running, "w", 60)
+    assert store.request_cancel(running).state == "running"
+    assert store.cancel_requested(running)
+    assert store.request_cancel("missing") is None
+
+
+def test_tokens_are_stored_as_digests(store: JobStore) -> None:
+    token = store.create_token("alice")
+    assert store.check_token(token) == "alice"
+    assert store.check_token(token + "x") is None
+    with store.session() as s:
+        from synattn_jobs.store import ApiToken
+
+        assert [t.digest for t in s.query(ApiToken)] == [token_digest(token)]
+    store.revoke_token("alice")
+    assert store.check_token(token) is None
+
+
+def test_paths_stay_inside_the_root(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    assert inside_root("a/b.yaml", tmp_path) == tmp_path / "a" / "b.yaml"
+    assert inside_root(str(tmp_path / "a"), tmp_path) == tmp_path / "a"
+    for bad in ("../x", "a/../../x", "/etc/passwd"):
+        with pytest.raises(BadJobSpec):
+            inside_root(bad, tmp_path)
+    (tmp_path / "link").symlink_to("/etc")
+    with pytest.raises(BadJobSpec, match="outside the data root"):
+        inside_root("link/passwd", tmp_path)
+
+
+def test_grid_expansion() -> None:
+    spec = ExperimentSpec(name="e", config="c.yaml", variants=["vanilla", "slr-gated"],
+                          seeds=[1, 2, 3], params={"optim.lr": [1e-3, 2e-3]})  # fmt: skip
+    jobs = spec.expand()
+    assert len(jobs) == 2 * 3 * 2
+    names = {j["name"] for j in jobs}
+    assert "slr-gated-s3-lr0.002" in names and len(names) == 12
+    own = ExperimentSpec(name="e", config="c.yaml", variants={"vanilla": {}, "mine": {"x": 1}})
+    assert own.expand()[1]["spec"].overrides == {"x": 1, "train.seed": 1}
+    with pytest.raises(BadJobSpec, match="baseline"):
+        ExperimentSpec(name="e", config="c", variants=["dea"]).expand()
