@@ -111,16 +111,18 @@ def test_parser_api_service_command_starts_outside_docker():
 
 @pytest.mark.parametrize(
     ("service", "module"),
-    [("parser-worker", "synattn_parser.tasks"), ("trainer-worker", "synattn_trainer.tasks")],
+    [("parser-worker", "synattn_jobs.worker"), ("trainer-worker", "synattn_jobs.worker")],
 )
-def test_worker_service_command_starts_outside_docker(service, module):
+def test_worker_service_command_starts_outside_docker(service, module, tmp_path):
     import os
 
     svc = compose()["services"][service]
     cmd = list(svc["command"])
     exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
     env = {**os.environ, **svc["environment"]}
-    env["SYNATTN_BROKER_URL"] = env["SYNATTN_RESULT_BACKEND"] = "redis://127.0.0.1:6379/14"
+    env["SYNATTN_BROKER_URL"] = "redis://127.0.0.1:6379/14"
+    env["SYNATTN_DATABASE_URL"] = "sqlite://"  # compose's PostgreSQL host does not exist here
+    env["SYNATTN_HOME"] = env["SYNATTN_DATA_ROOT"] = str(tmp_path)
     name = f"compose-check-{service}-{os.getpid()}@localhost"
     extra = [] if "--pool" in cmd else ["--pool", "solo"]
     proc = subprocess.Popen(
@@ -145,3 +147,80 @@ def test_worker_service_command_starts_outside_docker(service, module):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def _serve(cmd: list[str], env: dict, url: str, what: str) -> None:
+    import httpx
+
+    exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
+    proc = subprocess.Popen(
+        [exe, *cmd[1:]], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, f"the {what} exited"
+            assert time.time() < deadline, f"the {what} did not answer {url}"
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def test_job_api_and_flower_service_commands_start_outside_docker(tmp_path):
+    import os
+
+    services = compose()["services"]
+    env = {**os.environ, **services["job-api"]["environment"]}
+    env.update(SYNATTN_BROKER_URL="redis://127.0.0.1:6379/14", SYNATTN_HOME=str(tmp_path),
+               SYNATTN_DATA_ROOT=str(tmp_path),
+               SYNATTN_DATABASE_URL=f"sqlite:///{tmp_path / 'jobs.sqlite'}")  # fmt: skip
+    cmd = list(services["job-api"]["command"])
+    port = free_port()
+    cmd[cmd.index("--port") + 1] = str(port)
+    cmd[cmd.index("--host") + 1] = "127.0.0.1"
+    _serve(cmd, env, f"http://127.0.0.1:{port}/v1/health", "job API")
+    port = free_port()
+    cmd = [c for c in services["flower"]["command"] if not c.startswith(("--port", "--address"))]
+    cmd += [f"--port={port}", "--address=127.0.0.1"]
+    _serve(cmd, env, f"http://127.0.0.1:{port}/healthcheck", "flower")
+
+
+def test_kubernetes_manifests_cover_the_services():
+    docs = [
+        d
+        for f in sorted((REPO / "deploy" / "k8s").glob("*.yaml"))
+        for d in yaml.safe_load_all(f.read_text())
+        if d
+    ]
+    by_kind: dict[str, dict[str, dict]] = {}
+    for d in docs:
+        assert {"apiVersion", "kind", "metadata"} <= d.keys()
+        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+    assert {"redis", "postgres"} <= set(by_kind["StatefulSet"])
+    assert {"parser-api", "job-api", "flower", "parser-worker"} <= set(by_kind["Deployment"])
+    job = by_kind["ScaledJob"]["trainer"]
+    container = job["spec"]["jobTargetRef"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["synattn", "worker", "--queues", "train", "--once"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert job["spec"]["triggers"][0]["metadata"]["listName"] == "train"
+    assert (
+        by_kind["ScaledObject"]["parser-worker"]["spec"]["triggers"][0]["metadata"]["listName"]
+        == "parse"
+    )
+    redis_args = by_kind["StatefulSet"]["redis"]["spec"]["template"]["spec"]["containers"][0]
+    assert "noeviction" in redis_args["args"] and "--appendonly" in redis_args["args"]
+    # every command is one this install provides
+    for d in docs:
+        spec = d.get("spec", {})
+        tmpl = spec.get("template") or spec.get("jobTargetRef", {}).get("template")
+        for c in (tmpl or {}).get("spec", {}).get("containers", []):
+            exe = c.get("command", [c.get("args", ["redis-server"])[0]])[0]
+            if exe in ("redis-server", "postgres") or "command" not in c:
+                continue
+            assert shutil.which(exe) or (REPO / ".venv/bin" / exe).exists(), exe

@@ -28,12 +28,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def tiny_yaml(m30k: dict[str, Path], path: Path, **train: object) -> Path:
+def tiny_yaml(paths: dict[str, Path], path: Path, **train: object) -> Path:
     """A 2+2-layer d=32 config that trains in seconds; checkpoints every 5 updates."""
     cfg = {
         "name": "tiny",
-        "data": {"train": str(m30k["train"]), "valid": str(m30k["valid"]),
-                 "tokenizer": str(m30k["tokenizer"]), "max_tokens": 512},
+        "data": {"train": str(paths["train"]), "valid": str(paths["valid"]),
+                 "tokenizer": str(paths["tokenizer"]), "max_tokens": 512},
         "model": {"enc_layers": 2, "dec_layers": 2, "d_model": 32, "d_ff": 64, "heads": 4,
                   "dropout": 0.1, "attn_dropout": 0.1},
         "optim": {"lr": 0.003, "warmup": 20},
@@ -68,7 +68,9 @@ class Env:
     def env(self) -> dict[str, str]:
         return {**os.environ, **self.vars}
 
-    def cli(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([SYNATTN, *args], env=self.env, capture_output=True, text=True,
                               timeout=timeout)  # fmt: skip
         if check and proc.returncode != 0:
@@ -80,27 +82,30 @@ class Env:
         p = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "synattn_jobs.worker", "worker", "-Q", queues,
              "--pool", "solo", "--concurrency", "1", "--loglevel", "INFO",
-             "--without-gossip", "--without-mingle", "-n", f"w{len(self.workers)}-{uuid.uuid4().hex[:6]}@%h"],
+             "--without-gossip", "--without-mingle",
+             "-n", f"w{len(self.workers)}-{uuid.uuid4().hex[:6]}@%h"],
             env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.workers.append(p)
         return p
 
-    def store(self):  # noqa: ANN201
+    def store(self):
         from synattn_jobs.settings import JobSettings
         from synattn_jobs.store import JobStore
 
         url = self.vars.get("SYNATTN_DATABASE_URL") or JobSettings(home=self.home).database_url
         return JobStore(url)
 
-    def wait(self, job_id: str, states: set[str], timeout: float = 180, **cond: int):  # noqa: ANN201
+    def wait(self, job_id: str, states: set[str], timeout: float = 180, **cond: int):
         """Poll the store until the job is in ``states`` (and progress[k] >= v for cond)."""
         store = self.store()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             job = store.get(job_id)
-            if job is not None and job.state in states and all(
-                (job.progress or {}).get(k, -1) >= v for k, v in cond.items()
+            if (
+                job is not None
+                and job.state in states
+                and all((job.progress or {}).get(k, -1) >= v for k, v in cond.items())
             ):
                 return job
             time.sleep(0.2)
@@ -134,7 +139,9 @@ def data_root(m30k: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
 @pytest.fixture
 def embedded(data_root: Path, tmp_path: Path) -> Iterator[Env]:
     """A queue with the embedded SQLite broker and store."""
-    env = Env(data_root, tmp_path / "home", f"sqla+sqlite:///{tmp_path / 'home' / 'broker.sqlite'}")
+    env = Env(
+        data_root, tmp_path / "home", f"sqla+sqlite:///{tmp_path / 'home' / 'broker.sqlite'}"
+    )
     (tmp_path / "home").mkdir()
     yield env
     env.stop()
@@ -185,7 +192,8 @@ def own_redis(tmp_path: Path) -> Iterator[dict[str, object]]:
     d = tmp_path / "redis"
     d.mkdir()
     args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d), "--appendonly",
-            "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction"]  # fmt: skip
+            "yes", "--appendfsync", "always", "--save", "",
+            "--maxmemory-policy", "noeviction"]  # fmt: skip
     state: dict[str, object] = {"port": port, "url": f"redis://127.0.0.1:{port}/0"}
 
     def start() -> subprocess.Popen[bytes]:

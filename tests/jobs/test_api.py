@@ -86,9 +86,8 @@ def test_data_paths_inside_the_config_are_checked(api: tuple[str, str, Env]) -> 
 
 def test_submit_get_cancel_and_follow_a_job(api: tuple[str, str, Env]) -> None:
     base, token, _ = api
-    r = httpx.post(f"{base}/v1/jobs/train", headers=_h(token),
-                   json={"name": "t1", "spec": {"config": "configs/tiny.yaml",
-                                                "overrides": {"train.max_updates": 3}}})  # fmt: skip
+    spec = {"config": "configs/tiny.yaml", "overrides": {"train.max_updates": 3}}
+    r = httpx.post(f"{base}/v1/jobs/train", headers=_h(token), json={"name": "t1", "spec": spec})
     assert r.status_code == 201, r.text
     job = r.json()
     assert job["state"] == "queued" and job["spec"]["overrides"] == {"train.max_updates": 3}

@@ -44,11 +44,15 @@ def test_report_renders_in_headless_chromium(embedded: Env, tmp_path: Path) -> N
     from synattn_jobs.store import JobStore
 
     store = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
-    exp = store.create_experiment("shot", "vanilla", {"seeds": [1], "evaluate": {"split": "valid"}})
+    exp = store.create_experiment(
+        "shot", "vanilla", {"seeds": [1], "evaluate": {"split": "valid"}}
+    )
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text(
-        "".join(f'{{"event": "update", "update": {u}, "loss": {9 - u / 10}}}\n' for u in range(1, 40))
+        "".join(
+            f'{{"event": "update", "update": {u}, "loss": {9 - u / 10}}}\n' for u in range(1, 40)
+        )
     )
     for variant, bleu in (("vanilla", 20.0), ("dea", 21.0)):
         job = store.create_job("train", f"{variant}-s1", {}, str(run), experiment_id=exp.id,

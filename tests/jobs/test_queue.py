@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -131,3 +132,16 @@ def test_watch_exit_status_and_bad_config(embedded: Env) -> None:
 
 
 pytestmark = pytest.mark.integration
+
+
+def test_a_once_worker_runs_one_job_and_exits(over_redis: Env) -> None:
+    """``synattn worker --once``, the command of the Kubernetes training Jobs."""
+    first, second = _submit(over_redis), _submit(over_redis)
+    w = subprocess.Popen(
+        [str(Path(sys.executable).with_name("synattn")), "worker", "--queues", "train", "--once"],
+        env=over_redis.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    over_redis.workers.append(w)
+    assert w.wait(timeout=180) == 0
+    states = sorted(over_redis.store().get(j).state for j in (first, second))
+    assert states == ["queued", "succeeded"]

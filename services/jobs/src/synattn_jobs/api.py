@@ -3,7 +3,6 @@ artifacts and progress (server-sent events). Every route but ``/v1/health`` need
 (``synattn token create NAME``); tokens are stored hashed. Run: ``synattn serve-jobs``.
 """
 
-
 import asyncio
 import json
 from collections.abc import AsyncIterator

@@ -59,7 +59,9 @@ def submit_train_cmd(
     config: Annotated[Path, typer.Argument(help="training config YAML under the data root")],
     set_: Annotated[list[str], typer.Option("--set", help="override KEY=VALUE")] = [],  # noqa: B006
     name: str | None = None,
-    out: Annotated[str | None, typer.Option(help="run directory (default: under runs_dir)")] = None,
+    out: Annotated[
+        str | None, typer.Option(help="run directory (default: under runs_dir)")
+    ] = None,
     split: Annotated[str, typer.Option(help="evaluate on valid or test")] = "valid",
 ) -> None:
     """Queue a training job (trains, then translates and scores the split)."""
@@ -145,7 +147,9 @@ def cancel(job_id: str) -> None:
     job = _store().request_cancel(job_id)
     if job is None:
         raise fail(f"no job {job_id!r}")
-    console.print(f"{job.id}: {job.state}" + (" (cancel requested)" if job.state == "running" else ""))
+    console.print(
+        f"{job.id}: {job.state}" + (" (cancel requested)" if job.state == "running" else "")
+    )
 
 
 def _resolve_jobs(store: JobStore, ref: str) -> list[Job]:
@@ -182,10 +186,13 @@ def wait_for(store: JobStore, ref: str, interval: float = 2.0, timeout: float | 
             if not quiet:
                 live.update(table(js), refresh=True)
             if all(j.state in TERMINAL for j in js):
-                return js
+                live.update(table(js), refresh=True)
+                break
             if timeout is not None and time.monotonic() - start > timeout:
                 raise fail(f"timed out after {timeout:.0f}s waiting for {ref}", code=1)
             time.sleep(interval)
+    console.print()
+    return js
 
 
 def watch(
@@ -197,7 +204,9 @@ def watch(
     js = wait_for(_store(), ref, interval, timeout)
     bad = [j for j in js if j.state != "succeeded"]
     for j in bad:
-        err.print(f"{j.id} {j.name}: {j.state}" + (f": {j.error.splitlines()[-1]}" if j.error else ""))
+        err.print(
+            f"{j.id} {j.name}: {j.state}" + (f": {j.error.splitlines()[-1]}" if j.error else "")
+        )
     if bad:
         raise typer.Exit(code=1)
 
@@ -274,9 +283,10 @@ def report(
 
 def worker(
     queues: Annotated[str, typer.Option(help="comma-separated: parse, train")] = "parse,train",
+    once: Annotated[bool, typer.Option(help="exit after one job (a Kubernetes Job)")] = False,
 ) -> None:
     """Run a worker in the foreground (solo pool, one job at a time)."""
-    proc = start_worker(queues)
+    proc = start_worker(queues, {"SYNATTN_WORKER_ONCE": "1"} if once else None)
     try:
         raise typer.Exit(code=proc.wait())
     except KeyboardInterrupt:

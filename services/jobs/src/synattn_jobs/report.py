@@ -51,7 +51,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             "succeeded": len(done),
             "states": sorted({j.state for j in members}),
             "bleu_mean": statistics.fmean(bleus) if bleus else None,
-            "bleu_std": statistics.stdev(bleus) if len(bleus) > 1 else 0.0 if bleus else None,
+            "bleu_std": statistics.stdev(bleus) if len(bleus) > 1 else None,  # one seed: no std
             "chrf_mean": statistics.fmean(j.result["chrf"] for j in done) if done else None,
             "parameters": done[0].result.get("parameters") if done else None,
             "tokens_per_s": statistics.median(
@@ -72,8 +72,10 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
                 b = base_jobs.get(j.seed)
                 if b is None or b.state != "succeeded" or "hyp" not in (b.result or {}):
                     continue
-                h, bh, r = _lines(j.result.get("hyp")), _lines(b.result["hyp"]), _lines(
-                    j.result.get("ref")
+                h, bh, r = (
+                    _lines(j.result.get("hyp")),
+                    _lines(b.result["hyp"]),
+                    _lines(j.result.get("ref")),
                 )
                 if h and len(h) == len(bh) == len(r):
                     sys_h += h
@@ -159,7 +161,7 @@ def loss_curves(jobs: list[Job], out: Path) -> Path | None:
             if rec.get("event") == "update"
         ]
         if pts:
-            ax.plot(*zip(*pts), label=job.name)
+            ax.plot(*zip(*pts, strict=True), label=job.name)
             drawn += 1
     if not drawn:
         plt.close(fig)

@@ -49,6 +49,7 @@ class JobSettings(BaseSettings):
             self.database_url = f"sqlite:///{self.home / 'jobs.sqlite'}"
         if self.runs_dir is None:
             self.runs_dir = self.data_root / "runs"
+        self.runs_dir = self.runs_dir.expanduser().resolve()
         return self
 
     @property

@@ -84,7 +84,10 @@ class ExperimentSpec(Spec):
         if self.baseline not in fragments:
             raise BadJobSpec(f"baseline {self.baseline!r} is not one of the variants")
         keys = sorted(self.params)
-        combos = [dict(zip(keys, vals)) for vals in itertools.product(*(self.params[k] for k in keys))]
+        combos = [
+            dict(zip(keys, vals, strict=True))
+            for vals in itertools.product(*(self.params[k] for k in keys))
+        ]
         jobs = []
         for variant, fragment in fragments.items():
             for combo in combos or [{}]:

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from sqlalchemy import (
     JSON,
@@ -37,7 +37,7 @@ JobKind = Literal["parse", "train"]
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON}
 
 
 class Experiment(Base):
@@ -215,9 +215,13 @@ class JobStore:
                 | ((Job.state == "running") & (Job.heartbeat_at < now - stale_after_s))
             )
             .values(
-                state="running", worker=worker, heartbeat_at=now, attempts=Job.attempts + 1,
-                started_at=now, error=None,
-            )  # fmt: skip
+                state="running",
+                worker=worker,
+                heartbeat_at=now,
+                attempts=Job.attempts + 1,
+                started_at=now,
+                error=None,
+            )
         )
         with self.session() as s:
             return s.execute(stmt).rowcount == 1
@@ -290,9 +294,7 @@ class JobStore:
         cutoff = time.time() - stale_after_s
         with self.session() as s:
             ids = list(
-                s.scalars(
-                    select(Job.id).where(Job.state == "running", Job.heartbeat_at < cutoff)
-                )
+                s.scalars(select(Job.id).where(Job.state == "running", Job.heartbeat_at < cutoff))
             )
         requeued = []
         for job_id in ids:

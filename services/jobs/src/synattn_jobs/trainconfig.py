@@ -1,4 +1,4 @@
-"""Checks of a training configuration before it is queued (no torch import: the API stays light)."""
+"""Checks of a training configuration before it is queued (no torch: the API stays light)."""
 
 from __future__ import annotations
 

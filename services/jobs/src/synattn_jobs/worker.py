@@ -40,8 +40,11 @@ def make_app(settings: JobSettings) -> Celery:
     app.conf.update(
         task_queues=[Queue("parse"), Queue("train")],
         task_default_queue="train",
-        task_routes={TASK_FOR_KIND["parse"]: {"queue": "parse"},
-                     TASK_FOR_KIND["train"]: {"queue": "train"}},  # fmt: skip
+        task_routes={
+            TASK_FOR_KIND["parse"]: {"queue": "parse"},
+            "synattn.parse_shard": {"queue": "parse"},
+            TASK_FOR_KIND["train"]: {"queue": "train"},
+        },
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
@@ -203,3 +206,26 @@ class Reaper(threading.Thread):
 @signals.worker_ready.connect
 def _start_reaper(**_: Any) -> None:
     Reaper().start()
+
+
+@signals.task_postrun.connect
+def _exit_after_one_job(**_: Any) -> None:
+    """``SYNATTN_WORKER_ONCE=1``: a warm shutdown after the first task (one Kubernetes Job per
+    queued job; the task is acknowledged before the process exits)."""
+    if os.environ.get("SYNATTN_WORKER_ONCE") == "1":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@app.task(
+    name="synattn.parse_shard",
+    autoretry_for=(OSError,),  # transient: a shared volume hiccup
+    retry_backoff=True,
+    max_retries=5,
+)
+def parse_shard(job: dict[str, Any]) -> dict[str, Any]:
+    """One shard of a corpus (fan-out over many parser workers); safe to run twice."""
+    from synattn_parser.batch import ShardJob, run_shard_job
+
+    return run_shard_job(ShardJob.model_validate(job)).model_dump(mode="json")
