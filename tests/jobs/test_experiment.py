@@ -19,6 +19,7 @@ def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
     grid.write_text(yaml.safe_dump({
         "name": f"ci-{tmp_path.name}", "config": "tiny.yaml", "baseline": "vanilla",
         "variants": ["vanilla", "dea", "slr-gated"], "seeds": [1],
+        "evaluate": {"split": "valid", "analyze": True},
     }), encoding="utf-8")  # fmt: skip
     report_dir = tmp_path / "report"
     proc = embedded.cli("experiment", "run", str(grid), "--wait", "--embedded-worker",
@@ -29,8 +30,10 @@ def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
         assert name in out, out
     assert f"report: {report_dir / 'report.html'}" in out.replace("\n", "")
     html = (report_dir / "report.html").read_text()
-    assert html.count("data:image/png;base64") >= 2  # loss curves + the slr-gated gate heatmap
+    # loss curves, the slr-gated gate heatmap, a head-importance heatmap per run
+    assert html.count("data:image/png;base64") == 5
     assert "Gates per layer and head: slr-gated-s1" in html
+    assert "Head importance: dea-s1" in html
     # the report command recomputes the same table from the store
     again = embedded.cli("report", f"ci-{tmp_path.name}", "--out", str(tmp_path / "r2"))
     assert "slr-gated" in again.stdout

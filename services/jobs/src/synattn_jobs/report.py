@@ -195,6 +195,9 @@ def write_html(report: dict[str, Any], jobs: list[Job], out_dir: Path) -> Path:
         if "gate" in stats:
             p = gate_heatmap(metrics, out_dir / f"gates-{job.name}.png")
             figures.append({"title": f"Gates per layer and head: {job.name}", "png": _png_b64(p)})
+        importance = Path(job.out_dir) / "analysis" / "importance.png"
+        if importance.is_file():
+            figures.append({"title": f"Head importance: {job.name}", "png": _png_b64(importance)})
         if "important" in stats:
             p = label_history(metrics, out_dir / f"labels-{job.name}.png")
             figures.append({"title": f"RHE head labels: {job.name}", "png": _png_b64(p)})

@@ -90,6 +90,16 @@ def run_train(
             chrf=round(corpus_chrf(hyps, refs).score, 2), hyp=str(hyp_path), ref=str(ref_path),
         )  # fmt: skip
         progress({"bleu": out["bleu"]})
+        if ev.analyze:
+            from synattn_trainer.analysis import analyze
+
+            progress({"phase": "analyze"})
+            summary = analyze(Path(checkpoint), Path(split), out_dir / "analysis")
+            out.update(
+                analysis=str(out_dir / "analysis"),
+                importance_mean=summary["importance_mean"],
+                importance_variance=summary["importance_variance"],
+            )
     return out
 
 

@@ -38,6 +38,7 @@ class EvalSpec(Spec):
     split: str = Field("valid", pattern="^(valid|test)$")
     beam: int | None = Field(None, ge=1, le=64)
     limit: int | None = Field(None, ge=1)
+    analyze: bool = Field(False, description="head importance and confidence on the split")
 
 
 class TrainJobSpec(Spec):
