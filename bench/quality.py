@@ -25,7 +25,7 @@ from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import load_corpus
 from synattn_trainer.evaluate import corpus_bleu, corpus_chrf, paired_bootstrap
 from synattn_trainer.model import count_parameters
-from synattn_trainer.presets import VARIANTS
+from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.tokenizer import train_tokenizer
 from synattn_trainer.train import Trainer, load_model
 
@@ -85,8 +85,7 @@ def main() -> None:
     )
     results = {}
     for name in names:
-        cfg = TrainConfig.model_validate(
-            {
+        raw = {
                 "name": name,
                 "data": {
                     "train": str(data["train"]), "valid": str(data["valid"]),
@@ -94,15 +93,14 @@ def main() -> None:
                     "max_tokens": args.max_tokens,
                 },
                 "model": {**MODELS[args.model], "dropout": args.dropout, "attn_dropout": 0.1},
-                **VARIANTS[name],
                 "optim": {"lr": args.lr, "warmup": args.warmup},
                 "train": {
                     "max_updates": args.updates, "seed": args.seed, "patience": 0,
                     "average_last": 5, "bleu_every": 0, "log_every": 100,
                 },
                 "decode": {"beam": 5, "lenpen": 1.0, "batch_sentences": 100},
-            }
-        )  # fmt: skip
+        }  # fmt: skip
+        cfg = TrainConfig.model_validate(merge(raw, VARIANTS[name]))
         tag = (
             f"{args.model}-u{args.updates}-t{args.max_tokens}-lr{args.lr}"
             f"-d{args.dropout}-s{args.seed}"

@@ -25,7 +25,7 @@ from synattn_trainer import headmask
 from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import load_corpus, make_batch, token_batches
 from synattn_trainer.model import Transformer
-from synattn_trainer.presets import VARIANTS
+from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.tokenizer import load_tokenizer, train_tokenizer
 from synattn_trainer.train import token_loss
 
@@ -124,7 +124,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {n: [] for n in names}
     for _ in range(args.repeats):  # interleaved, so drift hits every variant alike
         for name in names:
-            cfg = TrainConfig.model_validate({**base, **VARIANTS[name]})
+            cfg = TrainConfig.model_validate(merge(base, VARIANTS[name]))
             rates[name].append(measure(cfg, corpus, tok.get_vocab_size(), batches, args.warmup))
     vanilla = statistics.median(rates["vanilla"])
     print(

@@ -202,3 +202,37 @@ def test_routing_replaces_the_output_projection_parameters(m30k, data) -> None: 
     )
     per_layer = h * d * d + h * d + 2 * d + 2 * d  # §4.7: H d^2 + H d, + LayerNorm, + beta (N = d)
     assert count_parameters(routed) - count_parameters(plain) == 2 * per_layer
+
+
+def test_one_learned_head_baseline(m30k, data, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """1L (METHODS-heads §1.4): one encoder self-attention head of d_h = d per layer."""
+    from synattn_trainer import headmask
+    from synattn_trainer.config import load_config
+    from synattn_trainer.presets import VARIANTS
+
+    corpus, tok = data
+    cfg = tiny_config(m30k, model={"enc_heads": 1})
+    model = Transformer(cfg, tok.get_vocab_size())
+    enc = [m for k, _, m in model.attention_modules() if k == "enc_self"]
+    assert [(m.h, m.d_head) for m in enc] == [(1, 32), (1, 32)]
+    assert model.num_heads == 2 * 1 + 2 * 2 * 4
+    assert model.head_name(1) == "enc_self.1.0" and model.head_name(2) == "dec_self.0.0"
+    # the same projections, so the same number of parameters as 8L
+    assert count_parameters(model) == count_parameters(Transformer(tiny_config(m30k), 600))
+    batch = make_batch(corpus, [0, 1, 2])
+    logits = model(batch.src, batch.tgt_in)
+    logits.logsumexp(-1).mean().backward()
+    assert enc[0].q_proj.weight.grad.abs().sum() > 0
+    # head gates and per-module normalisation follow the uneven module sizes
+    sizes = [m.h for _, _, m in sorted(model.attention_modules(), key=lambda x: x[2].gate_offset)]
+    assert sizes == [1, 1, 4, 4, 4, 4]
+    norm = headmask.normalise_by_layer(np.arange(1.0, 19.0), sizes)
+    assert norm[:2].tolist() == [1.0, 1.0]
+    np.testing.assert_allclose(np.linalg.norm(norm[2:6]), 1.0)
+    # the preset merges into a config's model section instead of replacing it
+    yaml_cfg = tmp_path / "c.yaml"
+    yaml_cfg.write_text(cfg.model_dump_json())
+    loaded = load_config(yaml_cfg, VARIANTS["1L"])
+    assert loaded.model.enc_heads == 1 and loaded.model.d_model == 32
+    with pytest.raises(ValueError, match="divisible"):
+        tiny_config(m30k, model={"enc_heads": 3})

@@ -107,8 +107,8 @@ def analyze(
     tok = load_tokenizer(cfg.data.tokenizer)
     dev_data = load_corpus(dev, tok)
     imp = importance(model, dev_data)
-    heads = cfg.model.heads
-    imp_norm = headmask.normalise_by_layer(imp, heads)
+    sizes = [m.h for _, _, m in sorted(model.attention_modules(), key=lambda x: x[2].gate_offset)]
+    imp_norm = headmask.normalise_by_layer(imp, sizes)
     ranked = imp_norm if normalize else imp
     conf = confidence(model, dev_data)
     names = [model.head_name(g) for g in range(model.num_heads)]
@@ -125,8 +125,11 @@ def analyze(
     }
     out.mkdir(parents=True, exist_ok=True)
     for key, values in (("importance", imp), ("confidence", conf)):
-        modules = values.reshape(-1, heads)
         rows = list(dict.fromkeys(n.rsplit(".", 1)[0] for n in names))
+        modules = np.full((len(rows), max(sizes)), np.nan)  # 1L: one head beside eight
+        for name, v in zip(names, values, strict=True):
+            module, head = name.rsplit(".", 1)
+            modules[rows.index(module), int(head)] = v
         heatmap_png(modules, rows, f"head {key}", out / f"{key}.png")
     importance_histogram(imp, out / "importance-hist.png")
     if test is not None:

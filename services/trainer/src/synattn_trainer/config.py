@@ -39,6 +39,11 @@ class ModelConfig(Strict):
     d_model: int = Field(256, ge=8)
     d_ff: int = Field(1024, ge=8)
     heads: int = Field(8, ge=1)
+    enc_heads: int | None = Field(
+        None,
+        ge=1,
+        description="encoder self-attention heads (default: heads; 1 = the 1L baseline)",
+    )
     norm: Literal["pre", "post"] = "post"
     final_norm: bool = False  # a LayerNorm after each stack (usual with pre-norm)
     tie_embeddings: bool = True  # source, target and output share one matrix (joint vocabulary)
@@ -50,9 +55,16 @@ class ModelConfig(Strict):
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelConfig:
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
+        for n in (self.heads, self.enc_heads or self.heads):
+            if self.d_model % n:
+                raise ValueError(f"d_model {self.d_model} is not divisible by heads {n}")
         return self
+
+    def encoder_view(self) -> ModelConfig:
+        """The shape the encoder's self-attention sees (its own head count)."""
+        if self.enc_heads is None or self.enc_heads == self.heads:
+            return self
+        return self.model_copy(update={"heads": self.enc_heads, "enc_heads": None})
 
 
 class VariantSpec(Strict):
@@ -132,7 +144,8 @@ class TrainConfig(Strict):
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Read a YAML config; relative data paths are resolved against the config's folder."""
+    """Read a YAML config with dotted-key overrides (mapping values merge into mappings);
+    relative data paths are resolved against the config's folder."""
     p = Path(path)
     raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     for key, value in (overrides or {}).items():
@@ -140,7 +153,12 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
         *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = value
+        if isinstance(value, dict) and isinstance(node.get(leaf), dict):
+            from synattn_trainer.presets import merge
+
+            node[leaf] = merge(node[leaf], value)  # a preset fragment: nested keys merge
+        else:
+            node[leaf] = value
     data = raw.get("data", {})
     for key in ("train", "valid", "test", "tokenizer"):
         if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():

@@ -49,10 +49,29 @@ def sentence_importance(
     return grad.abs() if absolute else grad
 
 
-def normalise_by_layer(importance: np.ndarray, heads_per_module: int) -> np.ndarray:
-    """Michel et al.: each module's scores divided by their L2 norm (``+1e-20``)."""
-    x = np.asarray(importance, dtype=np.float64).reshape(-1, heads_per_module)
-    return (x / (np.linalg.norm(x, axis=1, keepdims=True) + 1e-20)).reshape(-1)
+def normalise_by_layer(
+    importance: np.ndarray | list[float], heads_per_module: int | list[int]
+) -> np.ndarray:
+    """Michel et al.: each module's scores divided by their L2 norm (``+1e-20``).
+
+    ``heads_per_module``: one count for all modules, or each module's count in global head
+    order (the 1L baseline has one encoder head per layer beside 8-head decoder modules).
+    """
+    x = np.asarray(importance, dtype=np.float64)
+    sizes = (
+        [heads_per_module] * (len(x) // heads_per_module)
+        if isinstance(heads_per_module, int)
+        else list(heads_per_module)
+    )
+    if sum(sizes) != len(x):
+        raise ValueError(f"{len(x)} scores for modules of {sizes} heads")
+    out = np.empty_like(x)
+    start = 0
+    for n in sizes:
+        seg = x[start : start + n]
+        out[start : start + n] = seg / (np.linalg.norm(seg) + 1e-20)
+        start += n
+    return out
 
 
 def select_important(importance: np.ndarray | Tensor, n: int) -> list[int]:

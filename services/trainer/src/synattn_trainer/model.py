@@ -154,8 +154,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: TrainConfig, layer: int) -> None:
         super().__init__()
         m = cfg.model
-        variant = build_variant(cfg.variant_for("enc_self", layer), m, "enc_self", layer)
-        self.self_attn = MultiHeadAttention(m, variant)
+        enc = m.encoder_view()  # the 1L baseline: one head of d_h = d (METHODS-heads §1.4)
+        variant = build_variant(cfg.variant_for("enc_self", layer), enc, "enc_self", layer)
+        self.self_attn = MultiHeadAttention(enc, variant)
         self.ffn = FeedForward(m)
         self.sub1, self.sub2 = Sublayer(m), Sublayer(m)
 

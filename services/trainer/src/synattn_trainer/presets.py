@@ -25,6 +25,7 @@ VARIANTS: dict[str, dict[str, Any]] = {  # config fragments: "attention" and/or 
     "pascal": {"attention": {"enc_self": [{"name": "pascal", **ENC_L0}]}},
     "sla": {"attention": {"enc_self": [{"name": "sla"}]}},
     "fixed-token": {"attention": {"enc_self": [{"name": "fixed"}]}},
+    "1L": {"model": {"enc_heads": 1}},  # fixed-pattern paper's baseline: one learned head
     "fixed-word": {
         "attention": {"enc_self": [{"name": "fixed", "options": {"word_based": True}}]}
     },
@@ -37,3 +38,14 @@ VARIANTS: dict[str, dict[str, Any]] = {  # config fragments: "attention" and/or 
     },
     "routing-em": {"attention": {"enc_self": [{"name": "routing", "layers": [0, 1]}]}},
 }
+
+
+def merge(base: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``fragment`` merged in: nested mappings merge, anything else replaces."""
+    out = dict(base)
+    for key, value in fragment.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
