@@ -35,6 +35,7 @@ CACHE = REPO / ".cache" / "bench" / "variants"
 KIND = {  # what the variant adds to the logits: the 0.85 goal is for bias/mask variants
     "dea": "mask", "lpea": "bias", "slr-pure": "bias", "localness": "bias",
     "headmask-impt": "one extra forward+backward", "headmask-random": "gates",
+    "1L": "one encoder head (d_h = d), fused SDPA",
 }  # fmt: skip
 
 
