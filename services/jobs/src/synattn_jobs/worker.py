@@ -226,6 +226,6 @@ def _exit_after_one_job(**_: Any) -> None:
 )
 def parse_shard(job: dict[str, Any]) -> dict[str, Any]:
     """One shard of a corpus (fan-out over many parser workers); safe to run twice."""
-    from synattn_parser.batch import ShardJob, run_shard_job
+    from synattn_parser.batch import run_shard_payload
 
-    return run_shard_job(ShardJob.model_validate(job)).model_dump(mode="json")
+    return run_shard_payload(job)

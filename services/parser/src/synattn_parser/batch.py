@@ -139,6 +139,11 @@ def run_shard_job(job: ShardJob) -> ShardInfo:
     return write_shard_file(job.out_dir, job.index, job.rows_per_shard, rows)
 
 
+def run_shard_payload(job: dict[str, Any]) -> dict[str, Any]:
+    """``run_shard_job`` over JSON: the body of the Celery shard tasks."""
+    return run_shard_job(ShardJob.model_validate(job)).model_dump(mode="json")
+
+
 def _chunks(path: str | Path, size: int) -> Iterator[list[str]]:
     with open_text(path) as fh:
         while chunk := [line.rstrip("\r\n") for line in islice(fh, size)]:

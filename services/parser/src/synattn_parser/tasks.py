@@ -13,7 +13,7 @@ from typing import Any
 
 from celery import Celery
 
-from synattn_parser.batch import ShardJob, run_shard_job
+from synattn_parser.batch import run_shard_payload
 
 BROKER = os.environ.get("SYNATTN_BROKER_URL", "redis://127.0.0.1:6379/0")
 BACKEND = os.environ.get("SYNATTN_RESULT_BACKEND", BROKER)
@@ -41,4 +41,4 @@ app.conf.update(
 )
 def parse_shard(job: dict[str, Any]) -> dict[str, Any]:
     """Parse and write one shard; returns its ``ShardInfo`` as a dict."""
-    return run_shard_job(ShardJob.model_validate(job)).model_dump(mode="json")
+    return run_shard_payload(job)
