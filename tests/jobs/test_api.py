@@ -104,6 +104,13 @@ def test_submit_get_cancel_and_follow_a_job(api: tuple[str, str, Env]) -> None:
     assert [j["id"] for j in listed] == [job["id"]]
 
 
+def test_oversized_bodies_are_refused(api: tuple[str, str, Env]) -> None:
+    base, token, _ = api
+    big = {"spec": {"config": "configs/tiny.yaml", "overrides": {"x": "y" * 1_100_000}}}
+    r = httpx.post(f"{base}/v1/jobs/train", json=big, headers=_h(token))
+    assert r.status_code == 413 and "larger than" in r.json()["detail"]
+
+
 def test_experiments_through_the_api(api: tuple[str, str, Env]) -> None:
     base, token, _ = api
     grid = {"name": "g", "config": "configs/tiny.yaml", "variants": ["vanilla", "dea", "lpea"],

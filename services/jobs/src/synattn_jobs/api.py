@@ -19,6 +19,7 @@ from synattn_jobs.settings import JobSettings, get_settings
 from synattn_jobs.specs import ExperimentSpec, ParseJobSpec, TrainJobSpec
 from synattn_jobs.store import TERMINAL, Job, JobStore
 from synattn_jobs.submit import job_view, submit_experiment, submit_parse, submit_train
+from synattn_shared.asgi import BodyLimit
 
 
 class TrainRequest(BaseModel):
@@ -40,6 +41,7 @@ def create_app(settings: JobSettings | None = None) -> FastAPI:
         version="1",
         description="Queue parse and training jobs and experiments; follow and compare them.",
     )
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)  # type: ignore[arg-type]
     bearer = HTTPBearer(auto_error=False)
 
     def auth(

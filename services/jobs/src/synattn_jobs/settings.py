@@ -36,6 +36,7 @@ class JobSettings(BaseSettings):
         7 * 24 * 3600, description="Redis redelivery of unacked tasks: longer than any run"
     )
     max_retries: int = Field(5, ge=0, description="retries of transient errors, with backoff")
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="job API request body limit")
     api_host: str = "127.0.0.1"
     api_port: int = 8002
 
