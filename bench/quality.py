@@ -107,12 +107,15 @@ def main() -> None:
         )
         run = args.out / tag / name
         trainer = Trainer(cfg, run, progress=False)
-        result = trainer.train()
-        model, _ = load_model(result.averaged or result.checkpoint)  # type: ignore[arg-type]
-        trainer.model.load_state_dict(model.state_dict())
         test = load_corpus(data["test"], trainer.tok)
-        hyps = trainer.translate(test)
-        (run / "test.de").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        if (run / "test.de").is_file():  # finished earlier: reuse its translation
+            hyps = (run / "test.de").read_text(encoding="utf-8").splitlines()
+        else:
+            result = trainer.train()
+            model, _ = load_model(result.averaged or result.checkpoint)  # type: ignore[arg-type]
+            trainer.model.load_state_dict(model.state_dict())
+            hyps = trainer.translate(test)
+            (run / "test.de").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
         speeds = [
             json.loads(line)["tokens_per_s"]
             for line in (run / "metrics.jsonl").read_text().splitlines()

@@ -106,6 +106,12 @@ def test_interrupted_and_resumed_run_ends_bitwise_equal(
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert checkpoints(tmp_path / "resumed" / "checkpoints")
+    # a finished run started again (a redelivered job) takes no further step
+    again = Trainer(cfg, tmp_path / "resumed", progress=False)
+    rerun = again.train()
+    assert rerun.update == 14 and rerun.stopped == "max_updates"
+    for k, v in _params(again.model).items():
+        assert torch.equal(v, b[k]), k
 
 
 def test_smoke_training_learns(m30k: dict[str, Path], tmp_path: Path) -> None:

@@ -265,6 +265,9 @@ class Trainer:
             }
         )
         stopped = "max_epochs"
+        finished = self.update >= cfg.train.max_updates  # a finished run, resumed: no more steps
+        if finished:
+            stopped = "max_updates"
         bar = None
         if self.progress:
             from tqdm import tqdm
@@ -272,7 +275,7 @@ class Trainer:
             bar = tqdm(total=cfg.train.max_updates, initial=self.update, unit="upd", disable=None)
         tokens_seen = 0
         t0 = time.perf_counter()
-        while self.epoch < cfg.train.max_epochs:
+        while not finished and self.epoch < cfg.train.max_epochs:
             it = EpochIterator(
                 self.train_data, cfg.data.max_tokens, cfg.train.seed, self.epoch,
                 self.position, self.rank, self.world,
