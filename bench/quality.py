@@ -8,11 +8,16 @@ p-value against vanilla (sacreBLEU, 1000 resamples), with the budget.
 
     python bench/quality.py --variants vanilla dea lpea rhe+lpea slr-gated \
         [--updates 1000] [--model tiny8|small] [--seed 1] [--data-dir ../shared/data]
+
+On a small CPU, several processes (``OMP_NUM_THREADS=1``, disjoint ``--variants``) may share the
+runs: each run is locked while it trains, vanilla is trained where named and reused elsewhere, and
+each process prints the table of its own variants (tok/s are then measured under contention).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 from pathlib import Path
 
@@ -78,7 +83,9 @@ def main() -> None:
     unknown = set(args.variants) - set(VARIANTS)
     if unknown:
         raise SystemExit(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
-    names = ["vanilla", *[v for v in args.variants if v != "vanilla"]]
+    # vanilla is the table's baseline: trained where named, else last (or reused when finished)
+    names = list(dict.fromkeys(args.variants if "vanilla" in args.variants else
+                               [*args.variants, "vanilla"]))  # fmt: skip
     data = prepare(args.data_dir)
     budget = (
         f"{args.model}, {args.updates} updates x ~{args.max_tokens} src tokens, seed {args.seed}"
@@ -106,16 +113,20 @@ def main() -> None:
             f"-d{args.dropout}-s{args.seed}"
         )
         run = args.out / tag / name
-        trainer = Trainer(cfg, run, progress=False)
-        test = load_corpus(data["test"], trainer.tok)
-        if (run / "test.de").is_file():  # finished earlier: reuse its translation
-            hyps = (run / "test.de").read_text(encoding="utf-8").splitlines()
-        else:
-            result = trainer.train()
-            model, _ = load_model(result.averaged or result.checkpoint)  # type: ignore[arg-type]
-            trainer.model.load_state_dict(model.state_dict())
-            hyps = trainer.translate(test)
-            (run / "test.de").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        run.mkdir(parents=True, exist_ok=True)
+        with (run / ".lock").open("w") as lock:
+            # several bench processes (one thread each) may share the runs: one trains a variant
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            trainer = Trainer(cfg, run, progress=False)
+            test = load_corpus(data["test"], trainer.tok)
+            if (run / "test.de").is_file():  # finished earlier: reuse its translation
+                hyps = (run / "test.de").read_text(encoding="utf-8").splitlines()
+            else:
+                result = trainer.train()
+                model, _ = load_model(result.averaged or result.checkpoint)  # type: ignore[arg-type]
+                trainer.model.load_state_dict(model.state_dict())
+                hyps = trainer.translate(test)
+                (run / "test.de").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
         speeds = [
             json.loads(line)["tokens_per_s"]
             for line in (run / "metrics.jsonl").read_text().splitlines()
@@ -131,7 +142,7 @@ def main() -> None:
         f"{'variant':<12} {'BLEU':>6} {'BLEU-lc':>7} {'chrF':>6} {'p vs vanilla':>12} "
         f"{'params':>9} {'tok/s':>7}"
     )
-    for name in names:
+    for name in ["vanilla", *[n for n in names if n != "vanilla"]]:
         r = results[name]
         bleu = corpus_bleu(r["hyps"], refs)
         lc = corpus_bleu(r["hyps"], refs, lowercase=True)
