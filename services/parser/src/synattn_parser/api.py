@@ -15,7 +15,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from concurrent.futures.thread import BrokenThreadPool
 from contextlib import asynccontextmanager
-from functools import partial
+from functools import lru_cache, partial
 from multiprocessing import get_context
 from typing import Any
 
@@ -79,16 +79,22 @@ class Metrics:
             self.metrics.latency.labels(route).observe(time.perf_counter() - start)
 
 
+@lru_cache(maxsize=8)
+def _settings(settings_json: str) -> ParserSettings:
+    """Settings sent to a model worker, parsed once there (not once per micro-batch)."""
+    return ParserSettings.model_validate_json(settings_json)
+
+
 def _load_in_model_process(name: str, settings_json: str) -> ParserInfo:
     """Load backend ``name`` in the model process (cached there) and return its description."""
-    return get_parser(name, ParserSettings.model_validate_json(settings_json)).info
+    return get_parser(name, _settings(settings_json)).info
 
 
 def _parse_in_model_process(
     name: str, settings_json: str, batch: list[tuple[str, Any]]
 ) -> list[RowOrError]:
     """One micro-batch: parse and compute rows, in the model process."""
-    settings = ParserSettings.model_validate_json(settings_json)
+    settings = _settings(settings_json)
     parser = get_parser(name, settings)
     options = FeatureOptions(derived_scheme=settings.derived_scheme)
     ids = [sid for sid, _ in batch]
