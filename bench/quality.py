@@ -137,9 +137,10 @@ def main() -> None:
             "tok_s": speeds[-1] if speeds else float("nan"),
         }  # fmt: skip
     refs = results["vanilla"]["refs"]
+    w = max(len(n) for n in results)
     print(f"Multi30k test2016 En->De; budget: {budget}; device {torch.device('cpu')}")
     print(
-        f"{'variant':<12} {'BLEU':>6} {'BLEU-lc':>7} {'chrF':>6} {'p vs vanilla':>12} "
+        f"{'variant':<{w}} {'BLEU':>6} {'BLEU-lc':>7} {'chrF':>6} {'p vs vanilla':>12} "
         f"{'params':>9} {'tok/s':>7}"
     )
     for name in ["vanilla", *[n for n in names if n != "vanilla"]]:
@@ -152,7 +153,7 @@ def main() -> None:
             pb = paired_bootstrap(r["hyps"], results["vanilla"]["hyps"], refs, args.bootstrap)
             p = f"{pb.p_value:.4f}"
         print(
-            f"{name:<12} {bleu.score:6.2f} {lc.score:7.2f} {chrf.score:6.2f} {p:>12} "
+            f"{name:<{w}} {bleu.score:6.2f} {lc.score:7.2f} {chrf.score:6.2f} {p:>12} "
             f"{r['params']:9d} {r['tok_s']:7.0f}"
         )
     print(f"signature: {corpus_bleu(results['vanilla']['hyps'], refs).signature}")
