@@ -262,3 +262,42 @@ def test_several_model_worker_processes(tmp_path) -> None:  # type: ignore[no-un
         time.sleep(0.1)
         time_left -= 1
     assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+
+
+def test_the_model_process_exits_when_the_server_is_killed() -> None:
+    """The default model runs in a child process; SIGKILL of the server must not orphan it."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tests.parser.conftest import free_port, wait_ready
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "uvicorn", "synattn_parser.api:create_app", "--factory",
+           "--port", str(port), "--log-level", "warning"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: list[psutil.Process] = []
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", proc)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        workers = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+        assert len(workers) == 1  # the default: one model process
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(
+            c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children
+        ):
+            time.sleep(0.2)
+        assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for c in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                c.kill()

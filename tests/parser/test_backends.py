@@ -67,6 +67,31 @@ def test_two_sentences_in_one_line_give_two_roots(spacy_parser: SpacyParser) -> 
     assert rec.dep_head is not None and rec.dep_head.count(0) == 2
 
 
+def test_kept_words_do_not_change_parses_and_the_vocabulary_stops_growing(
+    spacy_parser: SpacyParser,
+) -> None:
+    """Parsing outside a memory zone (words kept) gives the same records as inside one, and once
+    ``keep_words`` new words are kept, later batches free theirs (memory stays flat)."""
+    import random
+    import string
+
+    rnd = random.Random(0)
+    batches = [
+        [" ".join("".join(rnd.choices(string.ascii_lowercase, k=8)) for _ in range(10)) + " ."
+         for _ in range(4)]
+        for _ in range(6)
+    ]  # fmt: skip
+    batches[0] += ["The dog chased the cat into the garden .", ["A", "pretokenised", "one", "."]]
+    kept = SpacyParser(nlp=spacy_parser.nlp, keep_words=50)
+    start = sum(1 for _ in kept.nlp.vocab)  # permanent lexemes (len() counts transient ones)
+    zoned = SpacyParser(nlp=spacy_parser.nlp, keep_words=0)  # always in a memory zone
+    for batch in batches:
+        ids = [str(k) for k in range(len(batch))]
+        assert kept.parse(batch, ids) == zoned.parse(batch, ids)
+    grown = sum(1 for _ in kept.nlp.vocab) - start
+    assert 50 <= grown <= 50 + 4 * 11 + 4  # the cap, overshot by at most one batch's new words
+
+
 def test_input_checks() -> None:
     assert check_input("ok") is None
     assert check_input("  ") == "empty sentence"

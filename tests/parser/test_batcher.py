@@ -121,3 +121,69 @@ def test_concurrency_keeps_several_batches_in_flight() -> None:
 
     assert run(main()) == [[k] for k in range(8)]
     assert peak == 2
+
+
+def test_closed_loop_clients_split_into_one_group_per_batch_in_flight() -> None:
+    """16 clients, one sentence each, two batches in flight on one worker: batches of about 8,
+    never all 16 in one (the model would idle while that batch's replies travel)."""
+    sizes: list[int] = []
+
+    def fn(items: list[int]) -> list[int]:
+        time.sleep(0.01)
+        return items
+
+    async def client(b: MicroBatcher[int, int], k: int) -> None:
+        for _ in range(8):
+            assert await b.submit([k]) == [k]
+
+    async def main() -> None:
+        b = MicroBatcher(
+            fn, ThreadPoolExecutor(1), max_wait=0.002, on_batch=sizes.append,
+            concurrency=2, workers=1,
+        )  # fmt: skip
+        await asyncio.gather(*(client(b, k) for k in range(16)))
+        await b.stop()
+
+    run(main())
+    assert sum(sizes) == 16 * 8
+    assert max(sizes) <= 8
+    assert sorted(sizes)[len(sizes) // 2] >= 6  # median: the groups stay whole
+
+
+def test_a_batch_waiting_for_a_busy_worker_keeps_growing() -> None:
+    """Past max_wait, a batch is sent only when the worker can take it: five requests that arrive
+    while a long batch parses become one batch, not five."""
+    sizes: list[int] = []
+
+    def fn(items: list[int]) -> list[int]:
+        time.sleep(0.3 if len(items) == 10 else 0.01)
+        return items
+
+    async def main() -> None:
+        b = MicroBatcher(
+            fn, ThreadPoolExecutor(1), max_wait=0.005, on_batch=sizes.append,
+            concurrency=2, workers=1,
+        )  # fmt: skip
+        first = asyncio.ensure_future(b.submit(list(range(10))))
+        await asyncio.sleep(0.05)
+        late = []
+        for k in range(5):
+            late.append(asyncio.ensure_future(b.submit([100 + k])))
+            await asyncio.sleep(0.02)  # longer than max_wait
+        assert await first == list(range(10))
+        assert [await f for f in late] == [[100 + k] for k in range(5)]
+        await b.stop()
+
+    run(main())
+    assert sizes == [10, 5]
+
+
+def test_share_is_the_outstanding_work_over_the_batches_in_flight() -> None:
+    b: MicroBatcher[int, int] = MicroBatcher(
+        lambda xs: xs, ThreadPoolExecutor(1), max_size=6, concurrency=2, workers=1
+    )
+    assert b.share() == 1  # nothing outstanding: send the first sentence at once
+    b._outstanding = 9
+    assert b.share() == 5
+    b._outstanding = 40
+    assert b.share() == 6  # bounded by max_size

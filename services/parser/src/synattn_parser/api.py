@@ -1,7 +1,7 @@
 """The parser REST API: ``/v1/parse``, ``/v1/backends``, ``/v1/health``, ``/v1/ready``, metrics.
 
-One process holds one instance of each loaded model and runs it from one executor thread (stanza
-is not thread-safe; spaCy gains nothing from threads); concurrent requests are micro-batched.
+A model process beside the HTTP process holds one instance of each loaded model (stanza is not
+thread-safe; spaCy gains nothing from threads); concurrent requests are micro-batched.
 Run it with ``synattn serve-parser`` or ``uvicorn synattn_parser.api:create_app --factory``.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -79,6 +81,21 @@ class Metrics:
             self.metrics.latency.labels(route).observe(time.perf_counter() - start)
 
 
+def _exit_with_parent(poll_s: float = 1.0) -> None:
+    """Model-process initializer: exit when the API process dies, even by SIGKILL.
+
+    A pool worker otherwise waits on its task queue forever, holding a model's memory.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 @lru_cache(maxsize=8)
 def _settings(settings_json: str) -> ParserSettings:
     """Settings sent to a model worker, parsed once there (not once per micro-batch)."""
@@ -105,9 +122,10 @@ def _parse_in_model_process(
 class ParserPool:
     """Loaded backends and their micro-batchers, all served by one model worker.
 
-    The worker is one thread by default; ``PARSER_MODEL_PROCESS=true`` moves it to a child
-    process, and ``PARSER_MODEL_WORKERS=N`` runs N model processes with one micro-batch in
-    flight each. Each worker holds one instance per backend (stanza is not thread-safe).
+    The worker is a child process by default (``PARSER_MODEL_PROCESS=false``: a thread, which
+    shares the GIL with the HTTP loop), ``PARSER_MODEL_WORKERS=N`` runs N model processes, and
+    ``PARSER_BATCHES_IN_FLIGHT`` micro-batches go to each worker at once (2: one parses while the
+    next is ready). Each worker holds one instance per backend (stanza is not thread-safe).
     """
 
     def __init__(self, settings: ParserSettings, metrics: ParserMetrics) -> None:
@@ -123,7 +141,9 @@ class ParserPool:
     def _new_executor(self) -> Executor:
         workers = self.settings.model_workers
         if self.settings.model_process or workers > 1:
-            return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+            return ProcessPoolExecutor(
+                max_workers=workers, mp_context=get_context("spawn"), initializer=_exit_with_parent
+            )
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="parser-model")
 
     async def get(self, name: str) -> tuple[ParserInfo, MicroBatcher[tuple[str, Any], RowOrError]]:
@@ -155,6 +175,7 @@ class ParserPool:
                         max_wait=self.settings.batch_max_wait_ms / 1000,
                         on_batch=self.metrics.batch_size.observe,
                         concurrency=self.settings.model_workers * self.settings.batches_in_flight,
+                        workers=self.settings.model_workers,
                     )
                     self.infos[name] = info
         return self.infos[name], self.batchers[name]

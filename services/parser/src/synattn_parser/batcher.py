@@ -2,8 +2,18 @@
 
 Parsing one sentence per ``nlp.pipe`` call wastes most of spaCy's batch throughput. Requests put
 their sentences on a queue; one collector task takes what arrives within ``max_wait`` of the first
-item (up to ``max_size`` sentences) and runs the batch in a single executor thread, off the event
-loop. While a batch parses, the next one fills up, so batch size grows with load by itself.
+item (up to ``max_size`` sentences) and runs the batch in the executor, off the event loop. While
+a batch parses, the next one fills up, so batch size grows with load by itself.
+
+With more batches in flight than model workers (a model process with a batch queued in front of
+it), two rules keep the model busy on batches as large as the load allows:
+
+- a batch takes at most its share of the outstanding sentences (outstanding / batches in flight).
+  Otherwise every client ends up in one batch, and the model idles while that batch's replies
+  travel and the next requests arrive; split in groups, one group's round trip overlaps the other
+  group's parse.
+- past ``max_wait``, a batch is sent only when a worker is free to take it; while every worker is
+  busy it keeps growing (sending it earlier would only make it wait, smaller, in the executor).
 """
 
 from __future__ import annotations
@@ -34,7 +44,9 @@ class MicroBatcher(Generic[T, R]):
         max_size: most sentences per call (a larger request runs alone, whole).
         max_wait: seconds to wait for more requests after the first one arrives.
         on_batch: called with each batch's size (metrics).
-        concurrency: batches in flight at once (one per model worker).
+        concurrency: batches in flight at once (sent to the executor, not yet answered).
+        workers: batches the executor runs at once (its model workers); default
+            ``concurrency``. With ``concurrency > workers`` the module docstring's rules apply.
     """
 
     def __init__(
@@ -45,21 +57,30 @@ class MicroBatcher(Generic[T, R]):
         max_wait: float = 0.004,
         on_batch: Callable[[int], None] | None = None,
         concurrency: int = 1,
+        workers: int | None = None,
     ) -> None:
         self.fn = fn
         self.executor = executor
         self.max_size = max_size
         self.max_wait = max_wait
         self.on_batch = on_batch
+        self.concurrency = concurrency
+        self.workers = min(workers or concurrency, concurrency)
         self._queue: asyncio.Queue[_Pending[T, R]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
-        self.concurrency = concurrency
         self._slots: asyncio.Semaphore | None = None
+        self._wake: asyncio.Event | None = None  # a request arrived or a batch finished
         self._running: set[asyncio.Task[None]] = set()
+        self._outstanding = 0  # sentences submitted and not yet answered
+
+    def share(self) -> int:
+        """Most sentences the next batch may take: its share of the outstanding work."""
+        return min(self.max_size, max(1, -(-self._outstanding // self.concurrency)))
 
     def start(self) -> None:
         """Start the collector on the running loop."""
         if self._task is None:
+            self._wake = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._collect())
 
     async def stop(self) -> None:
@@ -77,37 +98,45 @@ class MicroBatcher(Generic[T, R]):
     async def submit(self, items: list[T]) -> list[R]:
         """Results for ``items``, computed in some micro-batch."""
         self.start()
+        assert self._wake is not None
         future: asyncio.Future[list[R]] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(items, future))
-        return await future
+        self._outstanding += len(items)
+        try:
+            self._queue.put_nowait(_Pending(items, future))
+            self._wake.set()
+            return await future
+        finally:
+            self._outstanding -= len(items)
 
     async def _collect(self) -> None:
         loop = asyncio.get_running_loop()
+        assert self._wake is not None
+        wake = self._wake
         self._slots = asyncio.Semaphore(self.concurrency)
         carry: _Pending[T, R] | None = None
         while True:
             first = carry if carry is not None else await self._queue.get()
             carry = None
-            await self._slots.acquire()  # a model worker is free: collect its batch now
+            await self._slots.acquire()  # a batch may go in flight: collect it now
             batch = [first]
             size = len(first.items)
             deadline = loop.time() + self.max_wait
-            while size < self.max_size:
-                try:
-                    if self._queue.empty():
-                        timeout = deadline - loop.time()
-                        if timeout <= 0:
-                            break
-                        nxt = await asyncio.wait_for(self._queue.get(), timeout)
-                    else:
-                        nxt = self._queue.get_nowait()
-                except TimeoutError:
-                    break
-                if size + len(nxt.items) > self.max_size:
-                    carry = nxt  # starts the next batch; never split a request
-                    break
-                batch.append(nxt)
-                size += len(nxt.items)
+            while size < (limit := self.share()):
+                if not self._queue.empty():
+                    nxt = self._queue.get_nowait()
+                    if size + len(nxt.items) > limit:
+                        carry = nxt  # starts the next batch; never split a request
+                        break
+                    batch.append(nxt)
+                    size += len(nxt.items)
+                    continue
+                now = loop.time()
+                busy = len(self._running)
+                if now >= deadline and busy < self.workers:
+                    break  # a worker would idle: send what we have
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), deadline - now if now < deadline else None)
             task = loop.create_task(self._run(batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
@@ -133,5 +162,7 @@ class MicroBatcher(Generic[T, R]):
                 if not p.future.done():
                     p.future.set_result(part)
         finally:
-            assert self._slots is not None
+            assert self._slots is not None and self._wake is not None
+            self._running.discard(asyncio.current_task())  # type: ignore[arg-type]
             self._slots.release()
+            self._wake.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 from collections.abc import Callable, Sequence
@@ -67,6 +68,11 @@ class SpacyParser:
         nlp: an already loaded pipeline (benepar adds its component to it).
         tree_of: constituency bracketing of a parsed ``Doc`` (benepar), or None (derived later).
         backend: the name recorded in manifests.
+        keep_words: words (lexemes) kept in the vocabulary across batches. Below this many new
+            words, batches parse outside a memory zone, so frequent words are looked up instead
+            of rebuilt in every batch (~8% faster, most at small API batches); beyond it each
+            batch's new words are freed with it, so memory stays flat over any corpus. A kept
+            word costs about 1.7 KB (strings, lexeme, tokenizer cache): 20,000 is ~35 MiB.
     """
 
     def __init__(
@@ -79,6 +85,7 @@ class SpacyParser:
         tree_of: Callable[[Any], str] | None = None,
         backend: str = "spacy",
         constituency: str = "derived",
+        keep_words: int = 20_000,
     ) -> None:
         import spacy
 
@@ -86,6 +93,7 @@ class SpacyParser:
             nlp, model_name = load_spacy(model, fallback)
         self.nlp = nlp
         self.batch_size = batch_size
+        self.vocab_limit = len(nlp.vocab) + keep_words
         self.tree_of = tree_of
         meta = nlp.meta
         self.info = ParserInfo(
@@ -96,11 +104,12 @@ class SpacyParser:
         )
 
     def parse(self, items: Sequence[SentenceInput], ids: Sequence[str]) -> list[SentenceRecord]:
-        """Parse a batch inside a memory zone, so strings of the batch are freed afterwards."""
+        """Parse a batch; once the vocabulary is full, in a memory zone (its new words freed)."""
         from spacy.tokens import Doc
 
         nlp = self.nlp
-        with nlp.memory_zone():
+        keep = len(nlp.vocab) < self.vocab_limit
+        with contextlib.nullcontext() if keep else nlp.memory_zone():
             inputs: list[Any] = [
                 normalise_text(x) if isinstance(x, str) else Doc(nlp.vocab, words=list(x))
                 for x in items
