@@ -163,6 +163,8 @@ class MicroBatcher(Generic[T, R]):
                     p.future.set_result(part)
         finally:
             assert self._slots is not None and self._wake is not None
+            # before the wake-up: the collector counts busy workers when it wakes (the done
+            # callback, which runs later, covers a task cancelled before it started)
             self._running.discard(asyncio.current_task())  # type: ignore[arg-type]
             self._slots.release()
             self._wake.set()
