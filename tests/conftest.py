@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import nltk
@@ -20,6 +21,14 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(
     __import__("os").environ.get("SYNATTN_DATA_DIR", REPO.parent / "shared" / "data")
 )
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for servers the tests start)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
 
 RUNNING_WORDS = ("Bush", "held", "a", "talk", "with", "Sharon", ".")
 RUNNING_TREE = (

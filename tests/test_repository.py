@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 
 
 def test_required_top_level():
@@ -48,12 +48,6 @@ def test_compose_parses_and_every_service_is_runnable():
             )
             assert shutil.which(exe) or (REPO / ".venv/bin" / exe).exists(), f"{name}: {exe}"
         assert "healthcheck" in svc, name
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_redis_service_command_starts_outside_docker(tmp_path):

@@ -16,16 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import free_port
 from tests.trainer.conftest import m30k  # noqa: F401  (session fixture: parsed data + vocab)
 
 SYNATTN = str(Path(sys.executable).with_name("synattn"))
 REDIS = "redis://127.0.0.1:6379"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tiny_yaml(paths: dict[str, Path], path: Path, **train: object) -> Path:

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.jobs.conftest import Env, free_port
+from tests.conftest import free_port
+from tests.jobs.conftest import Env
 
 
 @pytest.fixture

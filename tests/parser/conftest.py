@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
+import psutil
 import pytest
+
+from tests.conftest import free_port
 
 TEST_LIMITS = {
     "PARSER_MAX_SENTENCES": "64",
@@ -18,12 +22,6 @@ TEST_LIMITS = {
     "PARSER_MAX_TOKENS": "200",
     "PARSER_MAX_BODY_BYTES": "65536",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
@@ -40,28 +38,57 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> 
     raise TimeoutError(f"{url} not ready after {timeout}s")
 
 
-@pytest.fixture(scope="session")
-def parser_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of a uvicorn process running ``synattn_parser.api:create_app``."""
+@contextmanager
+def api_server(
+    env: dict[str, str] | None = None, log: Path | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A ready uvicorn process with ``env`` added to ours; stopped (or killed) on exit."""
     port = free_port()
-    log = tmp_path_factory.mktemp("server") / "uvicorn.log"
-    env = {**os.environ, **TEST_LIMITS}
     cmd = [
         sys.executable, "-m", "uvicorn", "synattn_parser.api:create_app", "--factory",
         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
     ]  # fmt: skip
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    with open(log or os.devnull, "wb") as out:  # the child keeps its own copy of the file
+        proc = subprocess.Popen(
+            cmd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, proc)
-        yield url
+        yield proc, url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def model_processes(server: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    """The server's model worker processes (spawned pool workers)."""
+    children = psutil.Process(server.pid).children(recursive=True)
+    return [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+
+
+def all_exited(procs: list[psutil.Process], timeout: float = 15) -> bool:
+    """Whether every process in ``procs`` has exited within ``timeout`` seconds."""
+
+    def alive() -> bool:
+        return any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs)
+
+    deadline = time.monotonic() + timeout
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not alive()
+
+
+@pytest.fixture(scope="session")
+def parser_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a uvicorn process running ``synattn_parser.api:create_app``."""
+    log = tmp_path_factory.mktemp("server") / "uvicorn.log"
+    with api_server(TEST_LIMITS, log) as (_, url):
+        yield url
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
 import socket
@@ -9,9 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 
 from tests.conftest import RUNNING_WORDS
+from tests.parser.conftest import all_exited, api_server, model_processes
 
 
 def parse(client: httpx.Client, **body: object) -> httpx.Response:
@@ -217,26 +220,10 @@ def _metric_or0(text: str, labels: str) -> float:
         return 0.0
 
 
-def test_several_model_worker_processes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_several_model_worker_processes() -> None:
     """PARSER_MODEL_WORKERS=2: two model processes, both loaded, joined on shutdown."""
-    import os
-    import subprocess
-    import sys
-
-    import psutil
-
-    from tests.parser.conftest import free_port, wait_ready
-
-    port = free_port()
-    env = {**os.environ, "PARSER_MODEL_WORKERS": "2"}
-    cmd = [sys.executable, "-m", "uvicorn", "synattn_parser.api:create_app", "--factory",
-           "--port", str(port), "--log-level", "warning"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, proc)
-        children = psutil.Process(proc.pid).children(recursive=True)
-        workers = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+    with api_server({"PARSER_MODEL_WORKERS": "2"}) as (proc, url):
+        workers = model_processes(proc)
         assert len(workers) == 2
         with ThreadPoolExecutor(8) as pool:
             bodies = list(
@@ -250,54 +237,19 @@ def test_several_model_worker_processes(tmp_path) -> None:  # type: ignore[no-un
         assert [b.json()["sentences"][0]["words"][1] for b in bodies] == [
             str(k) for k in range(16)
         ]
-    finally:
-        proc.terminate()
-        proc.wait(20)
-    time_left = 50
-    while (
-        any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers) and time_left
-    ):
-        import time
-
-        time.sleep(0.1)
-        time_left -= 1
-    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+    assert all_exited(workers, timeout=5)
 
 
 def test_the_model_process_exits_when_the_server_is_killed() -> None:
     """The default model runs in a child process; SIGKILL of the server must not orphan it."""
-    import contextlib
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-
-    from tests.parser.conftest import free_port, wait_ready
-
-    port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "synattn_parser.api:create_app", "--factory",
-           "--port", str(port), "--log-level", "warning"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    children: list[psutil.Process] = []
-    try:
-        wait_ready(f"http://127.0.0.1:{port}", proc)
-        children = psutil.Process(proc.pid).children(recursive=True)
-        workers = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
-        assert len(workers) == 1  # the default: one model process
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(
-            c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children
-        ):
-            time.sleep(0.2)
-        assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
-    finally:
-        if proc.poll() is None:
+    with api_server() as (proc, _):
+        children = psutil.Process(proc.pid).children(recursive=True)  # with the resource tracker
+        try:
+            assert len(model_processes(proc)) == 1  # the default: one model process
             proc.kill()
-        for c in children:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                c.kill()
+            proc.wait(10)
+            assert all_exited(children, timeout=15)
+        finally:
+            for c in children:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    c.kill()

@@ -69,7 +69,7 @@ class MicroBatcher(Generic[T, R]):
         self._queue: asyncio.Queue[_Pending[T, R]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._slots: asyncio.Semaphore | None = None
-        self._wake: asyncio.Event | None = None  # a request arrived or a batch finished
+        self._wake = asyncio.Event()  # a request arrived or a batch finished
         self._running: set[asyncio.Task[None]] = set()
         self._outstanding = 0  # sentences submitted and not yet answered
 
@@ -80,7 +80,6 @@ class MicroBatcher(Generic[T, R]):
     def start(self) -> None:
         """Start the collector on the running loop."""
         if self._task is None:
-            self._wake = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._collect())
 
     async def stop(self) -> None:
@@ -98,7 +97,6 @@ class MicroBatcher(Generic[T, R]):
     async def submit(self, items: list[T]) -> list[R]:
         """Results for ``items``, computed in some micro-batch."""
         self.start()
-        assert self._wake is not None
         future: asyncio.Future[list[R]] = asyncio.get_running_loop().create_future()
         self._outstanding += len(items)
         try:
@@ -110,7 +108,6 @@ class MicroBatcher(Generic[T, R]):
 
     async def _collect(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self._wake is not None
         wake = self._wake
         self._slots = asyncio.Semaphore(self.concurrency)
         carry: _Pending[T, R] | None = None
@@ -162,7 +159,7 @@ class MicroBatcher(Generic[T, R]):
                 if not p.future.done():
                     p.future.set_result(part)
         finally:
-            assert self._slots is not None and self._wake is not None
+            assert self._slots is not None
             # before the wake-up: the collector counts busy workers when it wakes (the done
             # callback, which runs later, covers a task cancelled before it started)
             self._running.discard(asyncio.current_task())  # type: ignore[arg-type]

@@ -93,7 +93,8 @@ class SpacyParser:
             nlp, model_name = load_spacy(model, fallback)
         self.nlp = nlp
         self.batch_size = batch_size
-        self.vocab_limit = len(nlp.vocab) + keep_words
+        self.keep_words = keep_words
+        self.kept = 0  # words this parser added to the vocabulary for good
         self.tree_of = tree_of
         meta = nlp.meta
         self.info = ParserInfo(
@@ -108,7 +109,8 @@ class SpacyParser:
         from spacy.tokens import Doc
 
         nlp = self.nlp
-        keep = len(nlp.vocab) < self.vocab_limit
+        keep = self.kept < self.keep_words
+        before = len(nlp.vocab)  # counts every lexeme made, even those a memory zone frees
         with contextlib.nullcontext() if keep else nlp.memory_zone():
             inputs: list[Any] = [
                 normalise_text(x) if isinstance(x, str) else Doc(nlp.vocab, words=list(x))
@@ -122,4 +124,6 @@ class SpacyParser:
                 out.append(
                     record_from_doc(doc, sid, pretokenized=not isinstance(item, str), tree=tree)
                 )
+        if keep:  # outside a zone, every new lexeme stays
+            self.kept += len(nlp.vocab) - before
         return out
