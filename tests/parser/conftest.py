@@ -45,7 +45,7 @@ def api_server(
     """A ready uvicorn process with ``env`` added to ours; stopped (or killed) on exit."""
     port = free_port()
     cmd = [
-        sys.executable, "-m", "uvicorn", "synattn_parser.api:create_app", "--factory",
+        str(Path(sys.executable).with_name("synattn")), "serve-parser",
         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
     ]  # fmt: skip
     with open(log or os.devnull, "wb") as out:  # the child keeps its own copy of the file

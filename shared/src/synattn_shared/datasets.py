@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from synattn_shared.manifest import atomic_write_bytes, sha256_file
+from synattn_shared.atomic import atomic_write_bytes
+from synattn_shared.manifest import sha256_file
 
 MULTI30K_BASE = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/"
 

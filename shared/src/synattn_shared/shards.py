@@ -10,8 +10,6 @@ Shards are independent units of work, so several processes (or Celery tasks) can
 from __future__ import annotations
 
 import bisect
-import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from synattn_shared.atomic import atomic_path
 from synattn_shared.manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -76,9 +75,7 @@ def write_shard_file(
     first = index * rows_per_shard
     table = rows_to_table(rows, first)
     part = d / shard_name(index)
-    fd, tmp = tempfile.mkstemp(prefix=f".{part.name}.", suffix=".tmp", dir=d)
-    os.close(fd)
-    try:
+    with atomic_path(part) as tmp:
         pq.write_table(
             table,
             tmp,
@@ -87,12 +84,6 @@ def write_shard_file(
             use_dictionary=["sent_id", "dep_rel", "upos", "xpos"],
             write_statistics=["row"],
         )
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, part)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     info = ShardInfo(
         file=part.name,
         index=index,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from synattn_jobs.store import Experiment, Job
+from synattn_shared.atomic import atomic_write_text, atomic_write_with
 
 
 def _lines(path: str | None) -> list[str]:
@@ -171,7 +172,7 @@ def loss_curves(jobs: list[Job], out: Path) -> Path | None:
     ax.legend(fontsize=7)
     ax.set_title("loss curves")
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    atomic_write_with(out, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
     return out
 
@@ -209,8 +210,6 @@ def write_html(report: dict[str, Any], jobs: list[Job], out_dir: Path) -> Path:
         escape=html.escape,
     )  # fmt: skip
     path = out_dir / "report.html"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    atomic_write_text(path, page)
+    atomic_write_text(out_dir / "report.json", json.dumps(report, indent=2))
     return path

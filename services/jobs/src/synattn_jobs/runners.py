@@ -110,9 +110,9 @@ def _rows(data: Path) -> list[dict[str, Any]]:
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    tmp.replace(path)
+    from synattn_shared.atomic import atomic_write_text
+
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 def run_parse(

@@ -90,14 +90,17 @@ def serve_parser(
     log_level: Annotated[str, typer.Option()] = "info",
 ) -> None:
     """Run the parser REST API (settings from PARSER_* environment variables)."""
-    import uvicorn
+    from synattn_parser.settings import get_settings
+    from synattn_shared.serve import serve
 
+    s = get_settings()
     err.print(f"parser API on http://{host}:{port}/docs")
-    uvicorn.run(
+    serve(
         "synattn_parser.api:create_app",
-        factory=True,
         host=host,
         port=port,
+        header_timeout=s.header_timeout_s,
+        body_timeout=s.body_timeout_s,
         log_level=log_level,
         timeout_graceful_shutdown=10,
     )

@@ -22,6 +22,7 @@ class ParseRequest(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
+        allow_inf_nan=False,
         json_schema_extra={
             "examples": [
                 {
@@ -101,7 +102,16 @@ class BackendsResponse(BaseModel):
     features: list[str]
 
 
-class Problem(BaseModel):
-    """An error response."""
+class Health(BaseModel):
+    """The process answers."""
 
-    detail: str
+    status: Literal["ok"]
+
+
+class Ready(BaseModel):
+    """Whether the default backend's models are loaded (503 while not)."""
+
+    ready: bool
+    backend: str | None = None
+    model: str | None = None
+    detail: str | None = None

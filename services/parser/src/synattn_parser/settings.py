@@ -32,6 +32,18 @@ class ParserSettings(BaseSettings):
     max_chars: int = Field(2000, ge=1, description="characters per raw sentence")
     max_tokens: int = Field(250, ge=1, description="tokens per sentence (after tokenisation)")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="request body size")
+    max_response_cells: int = Field(
+        2_000_000,
+        ge=1,
+        description="numbers in the features of one response, any format (413 beyond; "
+        "2,000,000 is at most about 24 MB of JSON)",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="a request's headers must arrive within this"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="a request's body must arrive within this"
+    )
     batch_max_size: int = Field(256, ge=1, description="sentences per nlp.pipe micro-batch")
     batch_max_wait_ms: float = Field(4.0, ge=0, description="wait for more requests to batch")
     model_process: bool = Field(

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from synattn_shared.atomic import atomic_write_text
 from synattn_trainer import headmask
 from synattn_trainer.data import Corpus, load_corpus, make_batch, token_batches
 from synattn_trainer.decode import beam_search
@@ -151,5 +152,5 @@ def analyze(
         result["masking_curves"] = curves
         result["mask_one_group"] = single
         masking_curves_png(schedule, curves, out / "masking-curves.png")
-    (out / "analysis.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    atomic_write_text(out / "analysis.json", json.dumps(result, indent=1))
     return result

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from synattn_shared.atomic import atomic_path
 
 CKPT_GLOB = "ckpt-*.pt"
 
@@ -41,18 +41,9 @@ def seed_everything(seed: int) -> None:
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file, fsync, rename: a killed process leaves no torn file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    """``torch.save`` through the atomic-write helper: a killed process leaves no torn file."""
+    with atomic_path(path) as tmp:
         torch.save(obj, tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def checkpoints(directory: Path) -> list[Path]:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from synattn_shared.atomic import atomic_write_text, atomic_write_with
 from synattn_shared.cli import console, err, fail
 
 
@@ -31,10 +32,7 @@ def tokenizer_train(
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     tok = train_tokenizer(texts, vocab_size)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tok.save(str(tmp))
-    tmp.replace(out)
+    atomic_write_with(out, lambda tmp: tok.save(str(tmp)))
     write_json(
         out.with_suffix(".meta.json"),
         {"sources": [str(d) for d in data], "vocab_size": tok.get_vocab_size()},
@@ -95,10 +93,7 @@ def translate(
         hyps = translate_split(checkpoint, data, tokenizer, beam, lenpen)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    tmp.replace(out)
+    atomic_write_text(out, "".join(h + "\n" for h in hyps))
     console.print(f"{out}: {len(hyps)} translations")
 
 
@@ -197,7 +192,7 @@ def score(
     if out is None:
         console.print(text, end="")
     else:
-        out.write_text(text, encoding="utf-8")
+        atomic_write_text(out, text)
         err.print(f"{out}: {len(scores)} scores")
 
 

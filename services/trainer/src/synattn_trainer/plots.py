@@ -14,6 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from synattn_shared.atomic import atomic_write_with
+
 STAT = re.compile(r"^(enc_self|dec_self|enc_dec)\.(\d+)\.(\w+)\.h(\d+)$")
 
 
@@ -78,7 +80,7 @@ def heatmap_png(
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    atomic_write_with(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return out
 
@@ -108,7 +110,7 @@ def label_history(metrics: Path, out: Path) -> Path:
     ax.set_title("RHE head labels over training")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    atomic_write_with(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return out
 
@@ -134,7 +136,7 @@ def attention_pngs(
     fig.suptitle(title)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    atomic_write_with(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return out
 
@@ -148,7 +150,7 @@ def importance_histogram(importance: np.ndarray, out: Path) -> Path:
     ax.set_title(f"mean {np.mean(importance):.3g}, variance {np.var(importance):.3g}")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    atomic_write_with(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return out
 
@@ -164,6 +166,6 @@ def masking_curves_png(schedule: dict, curves: dict[str, list[float]], out: Path
     ax.legend()
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    atomic_write_with(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return out

@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from synattn_shared.atomic import atomic_write_text
 from synattn_trainer import checkpoint as ck
 from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import (
@@ -251,7 +252,7 @@ class Trainer:
         resumed = self.resume()
         if self.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "config.json").write_text(cfg.model_dump_json(indent=2), encoding="utf-8")
+            atomic_write_text(self.out / "config.json", cfg.model_dump_json(indent=2))
         self.log(
             {
                 "event": "start",
