@@ -6,6 +6,7 @@ own options (see ``synattn_trainer.variants``), so the trainer never branches on
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ ATTENTION_TYPES: tuple[AttentionType, ...] = ("enc_self", "dec_self", "enc_dec")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DataConfig(Strict):
@@ -27,8 +28,10 @@ class DataConfig(Strict):
     valid: str
     test: str | None = None
     tokenizer: str  # tokenizer.json (``synattn tokenizer train``)
-    max_tokens: int = Field(4096, ge=16, description="source tokens per batch")
-    max_len: int = Field(256, ge=4, description="drop training pairs longer than this (subwords)")
+    max_tokens: int = Field(4096, ge=16, le=10_000_000, description="source tokens per batch")
+    max_len: int = Field(
+        256, ge=4, le=100_000, description="drop training pairs longer than this (subwords)"
+    )
 
 
 class ModelConfig(Strict):
@@ -51,7 +54,7 @@ class ModelConfig(Strict):
     dropout: float = Field(0.3, ge=0, lt=1)
     attn_dropout: float = Field(0.1, ge=0, lt=1)
     relu_dropout: float = Field(0.0, ge=0, lt=1)
-    max_positions: int = 1024
+    max_positions: int = Field(1024, ge=8, le=1_000_000)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelConfig:
@@ -78,21 +81,21 @@ class VariantSpec(Strict):
 class OptimConfig(Strict):
     """Adam with linear warm-up and inverse-square-root decay (METHODS-heads §6.3)."""
 
-    lr: float = Field(1e-3, gt=0, description="peak learning rate")
-    warmup: int = Field(2000, ge=1)
+    lr: float = Field(1e-3, gt=0, le=10, description="peak learning rate")
+    warmup: int = Field(2000, ge=1, le=100_000_000)
     betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-9
-    weight_decay: float = 0.0
+    eps: float = Field(1e-9, gt=0, le=1)
+    weight_decay: float = Field(0.0, ge=0, le=10)
     label_smoothing: float = Field(0.1, ge=0, lt=1)
-    clip_norm: float = Field(0.0, ge=0, description="0 = no clipping")
-    accumulate: int = Field(1, ge=1, description="batches per update")
+    clip_norm: float = Field(0.0, ge=0, le=1e6, description="0 = no clipping")
+    accumulate: int = Field(1, ge=1, le=1024, description="batches per update")
 
 
 class TrainLoopConfig(Strict):
     """How long to train and what to keep."""
 
-    max_updates: int = Field(8000, ge=1)
-    max_epochs: int = Field(100, ge=1)
+    max_updates: int = Field(8000, ge=1, le=100_000_000)
+    max_epochs: int = Field(100, ge=1, le=100_000)
     patience: int = Field(10, ge=0, description="epochs without dev-loss gain; 0 = off")
     seed: int = 1
     precision: Literal["fp32", "bf16", "auto"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
@@ -107,12 +110,12 @@ class TrainLoopConfig(Strict):
 class DecodeConfig(Strict):
     """Beam search (METHODS-heads §6.3: beam 5, score / length)."""
 
-    beam: int = Field(5, ge=1)
-    lenpen: float = 1.0
+    beam: int = Field(5, ge=1, le=64)
+    lenpen: float = Field(1.0, ge=0, le=10)
     lenpen_form: Literal["average", "gnmt"] = "average"
-    max_len_a: float = 1.0
-    max_len_b: int = 50
-    batch_sentences: int = 64
+    max_len_a: float = Field(1.0, ge=0, le=10)
+    max_len_b: int = Field(50, ge=0, le=10_000)
+    batch_sentences: int = Field(64, ge=1, le=10_000)
 
 
 class HeadMaskConfig(Strict):
@@ -134,6 +137,31 @@ class TrainConfig(Strict):
     decode: DecodeConfig = Field(default_factory=DecodeConfig)
     headmask: HeadMaskConfig = Field(default_factory=HeadMaskConfig)
 
+    @model_validator(mode="after")
+    def _variants_fit(self) -> TrainConfig:
+        """Every variant names a layer that exists and options that can run there (the same
+        check the trainer makes, done without torch so the job API can make it at submit)."""
+        from synattn_trainer.variant_options import variant_options
+
+        for kind, specs in self.attention.items():
+            depth = self.model.enc_layers if kind == "enc_self" else self.model.dec_layers
+            view = self.model.encoder_view() if kind == "enc_self" else self.model
+            for spec in specs:
+                bad = (
+                    [x for x in spec.layers if not 0 <= x < depth] if spec.layers != "all" else []
+                )
+                if bad:
+                    raise ValueError(
+                        f"attention.{kind}: variant {spec.name!r} names layers {bad}; "
+                        f"this model has layers 0..{depth - 1}"
+                    )
+                variant_options(spec, view, kind)
+        m = self.model
+        total = m.enc_layers * (m.enc_heads or m.heads) + 2 * m.dec_layers * m.heads
+        if self.headmask.n is not None and self.headmask.n > total:
+            raise ValueError(f"headmask.n {self.headmask.n}: the model has {total} heads")
+        return self
+
     def variant_for(self, kind: AttentionType, layer: int) -> VariantSpec:
         """The variant of layer ``layer`` of attention type ``kind`` (vanilla if none is named)."""
         chosen = VariantSpec()
@@ -145,22 +173,54 @@ class TrainConfig(Strict):
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Read a YAML config with dotted-key overrides (mapping values merge into mappings);
-    relative data paths are resolved against the config's folder."""
+    relative data paths are resolved against the config's folder.
+
+    Raises:
+        ValueError: unreadable YAML, a document that is not a mapping, an override into a
+            value that is not a mapping, or an invalid configuration (pydantic's
+            ``ValidationError`` is a ``ValueError``); the message names the key.
+        OSError: the file cannot be read.
+    """
     p = Path(path)
-    raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ValueError(f"{p.name}: not valid YAML{where}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{p.name}: not UTF-8 text") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ValueError(f"{p.name}: a config is a mapping, not a {type(raw).__name__}")
+    return resolve_config(raw, p.parent, overrides)
+
+
+def resolve_config(
+    raw: dict[str, Any], base: Path, overrides: dict[str, Any] | None = None
+) -> TrainConfig:
+    """The configuration of a raw mapping plus overrides; relative data paths against ``base``."""
+    raw = copy.deepcopy(raw)
     for key, value in (overrides or {}).items():
+        if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
+            raise ValueError(f"override key {key!r}: expected a dotted key such as optim.lr")
         node = raw
         *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
+        for depth, part in enumerate(parents):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                where = ".".join(parents[: depth + 1])
+                raise ValueError(f"override {key}: {where} is not a mapping")
+            node = child
         if isinstance(value, dict) and isinstance(node.get(leaf), dict):
             from synattn_trainer.presets import merge
 
             node[leaf] = merge(node[leaf], value)  # a preset fragment: nested keys merge
         else:
             node[leaf] = value
-    data = raw.get("data", {})
-    for key in ("train", "valid", "test", "tokenizer"):
-        if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
-            data[key] = str((p.parent / data[key]).resolve())
+    data = raw.get("data")
+    if isinstance(data, dict):
+        for key in ("train", "valid", "test", "tokenizer"):
+            if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
+                data[key] = str((base / data[key]).resolve())
     return TrainConfig.model_validate(raw)

@@ -1,11 +1,11 @@
 """Attention variants by name (importing this package registers the built-in ones)."""
 
+from synattn_trainer.variant_options import VariantConfig
 from synattn_trainer.variants import heads, syntax  # noqa: F401 - registers the built-ins
 from synattn_trainer.variants.base import (
     REGISTRY,
     AttentionVariant,
     AttnContext,
-    VariantConfig,
     build_variant,
     register,
 )

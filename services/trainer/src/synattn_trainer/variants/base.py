@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
 from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
+from synattn_trainer.variant_options import OPTIONS, VanillaConfig, VariantConfig, variant_options
 
 
 @dataclass
@@ -49,12 +49,6 @@ class AttnContext:
     state: dict[str, int] = field(default_factory=dict)
     layer_input: Tensor | None = None  # [B, Tq, D], set by the attention before the hooks
     dropout: float = 0.0  # attention dropout rate of this call (0 in eval)
-
-
-class VariantConfig(BaseModel):
-    """Base of every variant's typed options (unknown keys are errors)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class AttentionVariant(nn.Module):
@@ -122,10 +116,6 @@ class AttentionVariant(nn.Module):
         return {}
 
 
-class VanillaConfig(VariantConfig):
-    """Vanilla attention has no options."""
-
-
 REGISTRY: dict[str, tuple[type[AttentionVariant], type[VariantConfig]]] = {}
 
 
@@ -137,6 +127,8 @@ def register(
     def deco(cls: type[AttentionVariant]) -> type[AttentionVariant]:
         if name in REGISTRY:
             raise ValueError(f"variant {name!r} is registered twice")
+        if OPTIONS.setdefault(name, config) is not config:  # built-ins: the torch-free models
+            raise ValueError(f"variant {name!r}: its options must be OPTIONS[{name!r}]")
         REGISTRY[name] = (cls, config)
         return cls
 
@@ -154,11 +146,6 @@ def build_variant(
     Raises:
         ValueError: unknown name or invalid options (the message names both).
     """
-    if spec.name not in REGISTRY:
-        raise ValueError(f"unknown attention variant {spec.name!r}; known: {sorted(REGISTRY)}")
-    cls, config_cls = REGISTRY[spec.name]
-    try:
-        config = config_cls.model_validate(spec.options)
-    except Exception as exc:
-        raise ValueError(f"variant {spec.name!r} on {kind} layer {layer}: {exc}") from None
+    config = variant_options(spec, model, kind, f"{kind} layer {layer}")
+    cls, _ = REGISTRY[spec.name]
     return cls(config, model, kind, layer)

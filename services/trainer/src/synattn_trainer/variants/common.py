@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-Heads = list[int] | Literal["all"]
+from synattn_trainer.variant_options import Heads
 
 
 def logits_of(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:

@@ -4,39 +4,25 @@ disagreement regularisation, routing-by-agreement aggregation."""
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import Tensor, nn
 
 from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.patterns import token_patterns, word_patterns
-from synattn_trainer.variants.base import AttentionVariant, AttnContext, VariantConfig, register
+from synattn_trainer.variant_options import DisagreementConfig, FixedConfig, RoutingConfig
+from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
 from synattn_trainer.variants.common import apply, logits_of, softmax
 
 
 # --------------------------------------------------------------------------- fixed patterns
-class FixedConfig(VariantConfig):
-    """Heads ``0..fixed-1`` follow patterns 1..fixed; the rest are learned (seed 001)."""
-
-    fixed: int = Field(7, ge=1, le=8, description="7: 7F+1L, 8: 8F")
-    word_based: bool = False
-    dropout_on_fixed: bool = False
-    ablate: list[int] = Field(default_factory=list, description="heads gated to 0 (test time)")
-
-
 @register("fixed", FixedConfig)
 class Fixed(AttentionVariant):
     def __init__(
         self, config: FixedConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
-        if kind != "enc_self":
-            raise ValueError(f"fixed patterns are for encoder self-attention, not {kind}")
-        if config.fixed > model.heads:
-            raise ValueError(f"{config.fixed} fixed heads but the model has {model.heads}")
         super().__init__(config, model, kind, layer)
 
     @property
@@ -114,14 +100,6 @@ def masked_mean(values: Tensor, valid: Tensor) -> Tensor:
     """Token-weighted mean over the valid positions of a batch."""
     w = valid.float()
     return (values * w).sum() / w.sum().clamp(min=1)
-
-
-class DisagreementConfig(VariantConfig):
-    """Penalise similar heads (Li et al. 2018): subspace, position or output term (§3)."""
-
-    term: Literal["subspace", "position", "output"] = "output"
-    weight: float = Field(1.0, ge=0, description="lambda")
-    include_diagonal: bool = True
 
 
 @register("disagreement", DisagreementConfig)
@@ -242,18 +220,6 @@ def em_routing(
     return act[..., None] * mu if use_activation else mu
 
 
-class RoutingConfig(VariantConfig):
-    """Routing-by-agreement replacing the head aggregation (Li et al. 2019; §4)."""
-
-    method: Literal["simple", "em"] = "em"
-    iterations: int = Field(3, ge=1)
-    capsule_dim: int = Field(1, ge=1)
-    softmax_over: Literal["outputs", "inputs"] = "outputs"
-    em_use_activation: bool = True
-    lambda_min: float = 1.0
-    lambda_max: float = 3.0
-
-
 @register("routing", RoutingConfig)
 class Routing(AttentionVariant):
     """``U = Dropout(ReLU(O W_f))``, votes ``U W_v`` ``[H, N, d/N]``, routing, LayerNorm."""
@@ -265,8 +231,6 @@ class Routing(AttentionVariant):
     ) -> None:
         super().__init__(config, model, kind, layer)
         d = model.d_model
-        if d % config.capsule_dim:
-            raise ValueError(f"capsule_dim {config.capsule_dim} does not divide d_model {d}")
         self.n_out = d // config.capsule_dim
         self.transform = nn.Linear(d, d)
         self.votes = nn.Linear(d, self.heads * d)

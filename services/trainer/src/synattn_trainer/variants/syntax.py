@@ -9,31 +9,29 @@ two attentions or need probabilities (``rhe``, gated/averaged ``slr``, ``rel_pos
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import Tensor, nn
 
 from synattn_shared.syntax.phrase import RP_OUT
 from synattn_trainer.config import AttentionType, ModelConfig
-from synattn_trainer.variants.base import AttentionVariant, AttnContext, VariantConfig, register
-from synattn_trainer.variants.common import Heads, apply, head_mask, logits_of, on_heads, softmax
-
-
-def _source_only(kind: AttentionType, name: str) -> None:
-    if kind != "enc_self":
-        raise ValueError(f"{name} uses the source parse: encoder self-attention only, not {kind}")
+from synattn_trainer.variant_options import (
+    DeaConfig,
+    LisaConfig,
+    LocalnessConfig,
+    LpeaConfig,
+    PascalConfig,
+    RelPosConfig,
+    RheConfig,
+    SlaConfig,
+    SlrConfig,
+)
+from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
+from synattn_trainer.variants.common import apply, head_mask, logits_of, on_heads, softmax
 
 
 # --------------------------------------------------------------------------- DEA
-class DeaConfig(VariantConfig):
-    """Dependency mask: keys that are the query itself, its head or a dependent (§3.1)."""
-
-    heads: Heads = "all"
-
-
 @register("dea", DeaConfig)
 class Dea(AttentionVariant):
     """``softmax(x + D)``, ``D = 0`` within one dependency arc, ``-inf`` elsewhere."""
@@ -43,7 +41,6 @@ class Dea(AttentionVariant):
     def __init__(
         self, config: DeaConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
-        _source_only(kind, "dea")
         super().__init__(config, model, kind, layer)
         head_mask(config.heads, model.heads, torch.device("cpu"))  # validates the head list
 
@@ -52,14 +49,6 @@ class Dea(AttentionVariant):
 
 
 # --------------------------------------------------------------------------- LPEA
-class LpeaConfig(VariantConfig):
-    """Local-phrase bias ``P = -|tanh(W_P M + b_P) U_P|`` over clipped RP (§4.4)."""
-
-    k: int = Field(6, ge=0, le=62)
-    lp_outside: Literal["clip", "extra_index", "mask"] = "clip"
-    heads: Heads = "all"
-
-
 class PhrasalBias(nn.Module):
     """The LPEA parameters of one layer and the gather ``P_ij = beta[idx_ij]`` (never [T,T,Dh])."""
 
@@ -96,7 +85,6 @@ class Lpea(AttentionVariant):
     def __init__(
         self, config: LpeaConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
-        _source_only(kind, "lpea")
         super().__init__(config, model, kind, layer)
         self.phrasal = PhrasalBias(self.d_head, config.k, config.lp_outside)
 
@@ -105,13 +93,6 @@ class Lpea(AttentionVariant):
 
 
 # --------------------------------------------------------------------------- baselines
-class RelPosConfig(VariantConfig):
-    """Shaw et al. relative positions, clip ``k``, key and value terms (§7.1)."""
-
-    k: int = Field(16, ge=0, le=512)
-    values: bool = True
-
-
 def shaw_index(tq: int, tk: int, k: int, device: torch.device) -> Tensor:
     """``clip(j - i, k) + k`` for queries ``i`` (the last ``tq`` positions) and keys ``j``."""
     i = torch.arange(tk - tq, tk, device=device)[:, None]
@@ -168,10 +149,6 @@ class RelPos(AttentionVariant):
         return out if term is None else out + term
 
 
-class LocalnessConfig(VariantConfig):
-    """Yang et al. Gaussian bias with a predicted centre and window per query (§7.2)."""
-
-
 @register("localness", LocalnessConfig)
 class Localness(AttentionVariant):
     """``G_ij = -(j - P_i)^2 / (2 sigma_i^2)``, ``sigma = D / 2``, ``[P, D] = I sigmoid(.)``."""
@@ -199,15 +176,6 @@ class Localness(AttentionVariant):
 
 
 # --------------------------------------------------------------------------- SLR (seed 003)
-class SlrConfig(VariantConfig):
-    """Soft syntactic local range ``log m`` with temperature ``tau`` (§2.4-2.6)."""
-
-    tau: float = Field(10.0, gt=0)
-    mode: Literal["pure", "avg", "gated"] = "gated"
-    ignore_p: float = Field(0.0, ge=0, lt=1, description="syntax-ignoring dropout on A_syn")
-    prewarm_epochs: int = Field(0, ge=0, description="epochs with the gate network frozen")
-
-
 class SlrGate(nn.Module):
     """``G = sigmoid(BatchNorm(W2 LayerNorm(ReLU(W1 maxpool(H) + b1)) + b2))``, one per head."""
 
@@ -242,7 +210,6 @@ class Slr(AttentionVariant):
     def __init__(
         self, config: SlrConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
-        _source_only(kind, "slr")
         super().__init__(config, model, kind, layer)
         self.gate = SlrGate(model.d_model, model.heads) if config.mode == "gated" else None
         self.last_gate: Tensor | None = None
@@ -287,19 +254,6 @@ class Slr(AttentionVariant):
 
 
 # --------------------------------------------------------------------------- RHE (seed 000)
-class RheConfig(VariantConfig):
-    """Redundant heads found per sentence, enlivened with DEA or LPEA, or pruned (§3.2-3.3)."""
-
-    sea: Literal["dea", "lpea"] = "dea"
-    base: Literal["vanilla", "rel_pos", "localness"] = "vanilla"
-    mode: Literal["enliven", "prune"] = "enliven"
-    gate: Literal["dynamic", "fixed"] = "dynamic"
-    f_gate: float = Field(0.5, gt=0, le=1)
-    k: int = Field(6, ge=0, le=62, description="LPEA clip")
-    lp_outside: Literal["clip", "extra_index", "mask"] = "clip"
-    rel_pos_k: int = Field(16, ge=0)
-
-
 def head_measures(
     probs: Tensor, related: Tensor, query: Tensor, key: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -329,7 +283,6 @@ class Rhe(AttentionVariant):
     def __init__(
         self, config: RheConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
-        _source_only(kind, "rhe")
         super().__init__(config, model, kind, layer)
         self.phrasal = (
             PhrasalBias(self.d_head, config.k, config.lp_outside) if config.sea == "lpea" else None
@@ -407,14 +360,6 @@ class Rhe(AttentionVariant):
 
 
 # --------------------------------------------------------------------------- LISA, PASCAL, SLA
-class LisaConfig(VariantConfig):
-    """One head supervised to attend to each token's dependency parent (§7.3)."""
-
-    head: int = Field(0, ge=0)
-    loss: Literal["l2", "ce"] = "l2"
-    weight: float = Field(1.0, ge=0)
-
-
 @register("lisa", LisaConfig)
 class Lisa(AttentionVariant):
     features = ("lisa_target",)
@@ -422,10 +367,7 @@ class Lisa(AttentionVariant):
     def __init__(
         self, config: LisaConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
-        _source_only(kind, "lisa")
         super().__init__(config, model, kind, layer)
-        if config.head >= model.heads:
-            raise ValueError(f"lisa head {config.head} out of range 0..{model.heads - 1}")
         self._loss: Tensor | None = None
 
     def needs_probs(self, ctx: AttnContext) -> bool:
@@ -451,14 +393,6 @@ class Lisa(AttentionVariant):
         return loss
 
 
-class PascalConfig(VariantConfig):
-    """Logits scaled by a Gaussian centred on the parent (Bugliarello & Okazaki 2020; §7.4)."""
-
-    heads: list[int] = Field(default_factory=lambda: [0, 1])
-    sigma: float = Field(1.0, gt=0)
-    parent_ignoring: float = Field(0.4, ge=0, le=1)
-
-
 @register("pascal", PascalConfig)
 class Pascal(AttentionVariant):
     features = ("pascal_centre",)
@@ -466,7 +400,6 @@ class Pascal(AttentionVariant):
     def __init__(
         self, config: PascalConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
-        _source_only(kind, "pascal")
         super().__init__(config, model, kind, layer)
         head_mask(config.heads, model.heads, torch.device("cpu"))
 
@@ -493,15 +426,6 @@ class Pascal(AttentionVariant):
         return apply(softmax(scaled), v, ctx.dropout, ctx.dropout > 0)
 
 
-class SlaConfig(VariantConfig):
-    """Dependency-distance local mask mixed with global attention by a naive gate (§7.5)."""
-
-    m: int = Field(3, ge=0)
-    neighbour_union: bool = True
-    punct_visible: bool = True
-    gate: Literal["token", "head"] = "token"
-
-
 @register("sla", SlaConfig)
 class Sla(AttentionVariant):
     features = ("sla_keep",)
@@ -509,7 +433,6 @@ class Sla(AttentionVariant):
     def __init__(
         self, config: SlaConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
-        _source_only(kind, "sla")
         super().__init__(config, model, kind, layer)
         self.gate = nn.Linear(model.d_model, 1 if config.gate == "token" else model.heads)
         self.last_gate: Tensor | None = None

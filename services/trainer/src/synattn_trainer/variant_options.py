@@ -1,0 +1,234 @@
+"""Options of every attention variant, and where each may be placed: no torch here.
+
+The job API validates a whole training configuration at submit time with these models (its
+image need not carry PyTorch), and the trainer builds variants from the very same classes, so a
+configuration accepted at the door cannot fail later for a configuration reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
+
+Heads = list[int] | Literal["all"]
+
+
+class VariantConfig(BaseModel):
+    """Base of every variant's typed options (unknown keys and non-finite numbers are errors)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
+        """Raise ``ValueError`` when these options cannot run on this attention type and shape
+        (``model`` is the view the attention sees: the encoder's own head count included)."""
+
+
+def source_only(kind: AttentionType, name: str) -> None:
+    """Variants that read the source parse run in encoder self-attention only."""
+    if kind != "enc_self":
+        raise ValueError(f"{name} uses the source parse: encoder self-attention only, not {kind}")
+
+
+def check_heads(heads: Heads, n_heads: int, what: str) -> None:
+    """Every selected head exists."""
+    if heads == "all":
+        return
+    for h in heads:
+        if not 0 <= h < n_heads:
+            raise ValueError(f"{what}: head {h} out of range 0..{n_heads - 1}")
+
+
+class VanillaConfig(VariantConfig):
+    """Vanilla attention has no options."""
+
+
+class DeaConfig(VariantConfig):
+    """Dependency mask: keys that are the query itself, its head or a dependent (§3.1)."""
+
+    heads: Heads = "all"
+
+    def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
+        source_only(kind, "dea")
+        check_heads(self.heads, model.heads, "heads")
+
+
+class LpeaConfig(VariantConfig):
+    """Local-phrase bias ``P = -|tanh(W_P M + b_P) U_P|`` over clipped RP (§4.4)."""
+
+    k: int = Field(6, ge=0, le=62)
+    lp_outside: Literal["clip", "extra_index", "mask"] = "clip"
+    heads: Heads = "all"
+
+    def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
+        source_only(kind, "lpea")
+        check_heads(self.heads, model.heads, "heads")
+
+
+class RelPosConfig(VariantConfig):
+    """Shaw et al. relative positions, clip ``k``, key and value terms (§7.1)."""
+
+    k: int = Field(16, ge=0, le=512)
+    values: bool = True
+
+
+class LocalnessConfig(VariantConfig):
+    """Yang et al. Gaussian bias with a predicted centre and window per query (§7.2)."""
+
+
+class SlrConfig(VariantConfig):
+    """Soft syntactic local range ``log m`` with temperature ``tau`` (§2.4-2.6)."""
+
+    tau: float = Field(10.0, gt=0, le=1e6)
+    mode: Literal["pure", "avg", "gated"] = "gated"
+    ignore_p: float = Field(0.0, ge=0, lt=1, description="syntax-ignoring dropout on A_syn")
+    prewarm_epochs: int = Field(0, ge=0, le=10_000, description="epochs with the gate frozen")
+
+    def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
+        source_only(kind, "slr")
+
+
+class RheConfig(VariantConfig):
+    """Redundant heads found per sentence, enlivened with DEA or LPEA, or pruned (§3.2-3.3)."""
+
+    sea: Literal["dea", "lpea"] = "dea"
+    base: Literal["vanilla", "rel_pos", "localness"] = "vanilla"
+    mode: Literal["enliven", "prune"] = "enliven"
+    gate: Literal["dynamic", "fixed"] = "dynamic"
+    f_gate: float = Field(0.5, gt=0, le=1)
+    k: int = Field(6, ge=0, le=62, description="LPEA clip")
+    lp_outside: Literal["clip", "extra_index", "mask"] = "clip"
+    rel_pos_k: int = Field(16, ge=0, le=512)
+
+    def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
+        source_only(kind, "rhe")
+
+
+class LisaConfig(VariantConfig):
+    """One head supervised to attend to each token's dependency parent (§7.3)."""
+
+    head: int = Field(0, ge=0, le=1023)
+    loss: Literal["l2", "ce"] = "l2"
+    weight: float = Field(1.0, ge=0, le=1e4)
+
+    def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
+        source_only(kind, "lisa")
+        if self.head >= model.heads:
+            raise ValueError(f"lisa head {self.head} out of range 0..{model.heads - 1}")
+
+
+class PascalConfig(VariantConfig):
+    """Logits scaled by a Gaussian centred on the parent (Bugliarello & Okazaki 2020; §7.4)."""
+
+    heads: list[int] = Field(default_factory=lambda: [0, 1], max_length=1024)
+    sigma: float = Field(1.0, gt=0, le=1e6)
+    parent_ignoring: float = Field(0.4, ge=0, le=1)
+
+    def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
+        source_only(kind, "pascal")
+        check_heads(self.heads, model.heads, "heads")
+
+
+class SlaConfig(VariantConfig):
+    """Dependency-distance local mask mixed with global attention by a naive gate (§7.5)."""
+
+    m: int = Field(3, ge=0, le=4096)
+    neighbour_union: bool = True
+    punct_visible: bool = True
+    gate: Literal["token", "head"] = "token"
+
+    def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
+        source_only(kind, "sla")
+
+
+class FixedConfig(VariantConfig):
+    """Heads ``0..fixed-1`` follow patterns 1..fixed; the rest are learned (seed 001)."""
+
+    fixed: int = Field(7, ge=1, le=8, description="7: 7F+1L, 8: 8F")
+    word_based: bool = False
+    dropout_on_fixed: bool = False
+    ablate: list[int] = Field(
+        default_factory=list, max_length=8, description="heads gated to 0 (test time)"
+    )
+
+    def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
+        if kind != "enc_self":
+            raise ValueError(f"fixed patterns are for encoder self-attention, not {kind}")
+        if self.fixed > model.heads:
+            raise ValueError(f"{self.fixed} fixed heads but the model has {model.heads}")
+        check_heads(self.ablate, model.heads, "ablate")
+
+
+class DisagreementConfig(VariantConfig):
+    """Penalise similar heads (Li et al. 2018): subspace, position or output term (§3)."""
+
+    term: Literal["subspace", "position", "output"] = "output"
+    weight: float = Field(1.0, ge=0, le=1e4, description="lambda")
+    include_diagonal: bool = True
+
+
+class RoutingConfig(VariantConfig):
+    """Routing-by-agreement replacing the head aggregation (Li et al. 2019; §4)."""
+
+    method: Literal["simple", "em"] = "em"
+    iterations: int = Field(3, ge=1, le=100)
+    capsule_dim: int = Field(1, ge=1, le=65_536)
+    softmax_over: Literal["outputs", "inputs"] = "outputs"
+    em_use_activation: bool = True
+    lambda_min: float = Field(1.0, ge=0, le=1e4)
+    lambda_max: float = Field(3.0, ge=0, le=1e4)
+
+    def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
+        if model.d_model % self.capsule_dim:
+            raise ValueError(
+                f"capsule_dim {self.capsule_dim} does not divide d_model {model.d_model}"
+            )
+
+
+OPTIONS: dict[str, type[VariantConfig]] = {
+    "vanilla": VanillaConfig,
+    "dea": DeaConfig,
+    "lpea": LpeaConfig,
+    "rel_pos": RelPosConfig,
+    "localness": LocalnessConfig,
+    "slr": SlrConfig,
+    "rhe": RheConfig,
+    "lisa": LisaConfig,
+    "pascal": PascalConfig,
+    "sla": SlaConfig,
+    "fixed": FixedConfig,
+    "disagreement": DisagreementConfig,
+    "routing": RoutingConfig,
+}
+
+
+def variant_options(
+    spec: VariantSpec, model: ModelConfig, kind: AttentionType, where: str | None = None
+) -> VariantConfig:
+    """The validated options of one variant spec on one attention type.
+
+    Raises:
+        ValueError: unknown name, invalid options or a placement the variant refuses (the
+            message names the variant and the attention type).
+    """
+    if spec.name not in OPTIONS:
+        raise ValueError(f"unknown attention variant {spec.name!r}; known: {', '.join(OPTIONS)}")
+    try:
+        config = OPTIONS[spec.name].model_validate(spec.options)
+        config.check_placement(model, kind)
+    except ValueError as exc:
+        raise ValueError(
+            f"variant {spec.name!r} on {where or kind}: {_first_error(exc)}"
+        ) from None
+    return config
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first: dict[str, Any] = errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        return f"{loc}: {first['msg']}" if loc else str(first["msg"])
+    return str(exc)
