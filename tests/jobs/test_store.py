@@ -11,7 +11,7 @@ import pytest
 
 from synattn_jobs.errors import BadJobSpec
 from synattn_jobs.specs import ExperimentSpec, inside_root
-from synattn_jobs.store import JobStore, token_digest
+from synattn_jobs.store import JobStore, Principal, token_digest
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -72,7 +72,7 @@ def test_cancel_flags(store: JobStore) -> None:
 
 def test_tokens_are_stored_as_digests(store: JobStore) -> None:
     token = store.create_token("alice")
-    assert store.check_token(token) == "alice"
+    assert store.check_token(token) == Principal("alice", admin=False)
     assert store.check_token(token + "x") is None
     with store.session() as s:
         from synattn_jobs.store import ApiToken
@@ -97,11 +97,11 @@ def test_paths_stay_inside_the_root(tmp_path: Path) -> None:
 def test_grid_expansion() -> None:
     spec = ExperimentSpec(name="e", config="c.yaml", variants=["vanilla", "slr-gated"],
                           seeds=[1, 2, 3], params={"optim.lr": [1e-3, 2e-3]})  # fmt: skip
-    jobs = spec.expand()
+    jobs = spec.expand(200)
     assert len(jobs) == 2 * 3 * 2
     names = {j["name"] for j in jobs}
     assert "slr-gated-s3-lr0.002" in names and len(names) == 12
     own = ExperimentSpec(name="e", config="c.yaml", variants={"vanilla": {}, "mine": {"x": 1}})
-    assert own.expand()[1]["spec"].overrides == {"x": 1, "train.seed": 1}
+    assert own.expand(200)[1]["spec"].overrides == {"x": 1, "train.seed": 1}
     with pytest.raises(BadJobSpec, match="baseline"):
-        ExperimentSpec(name="e", config="c", variants=["dea"]).expand()
+        ExperimentSpec(name="e", config="c", variants=["dea"]).expand(200)

@@ -122,7 +122,9 @@ def _check_text(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise BadJSON("a string holds a lone surrogate (not valid Unicode)", "", exc.start) from None
+        raise BadJSON(
+            "a string holds a lone surrogate (not valid Unicode)", "", exc.start
+        ) from None
 
 
 class StrictJSONRequest(Request):
@@ -195,3 +197,14 @@ def install_error_handlers(app: FastAPI) -> None:
     """Give ``app`` the error shape and validation handler of every synattn API."""
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value

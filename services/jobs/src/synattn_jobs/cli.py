@@ -6,6 +6,7 @@ settings (embedded SQLite under ``SYNATTN_HOME`` by default). Bad input: exit 2,
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +20,8 @@ from rich.console import Console
 from synattn_jobs.errors import BadJobSpec
 from synattn_jobs.settings import get_settings
 from synattn_jobs.specs import ParseJobSpec, TrainJobSpec
-from synattn_jobs.store import TERMINAL, Job, JobStore
+from synattn_jobs.store import LOCAL_ADMIN, TERMINAL, Job, JobStore
+from synattn_shared.paths import UnsafePath, slug
 
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -44,9 +46,16 @@ def _parse_sets(sets: list[str]) -> dict[str, Any]:
     return out
 
 
-def token_create(name: Annotated[str, typer.Argument(help="who the token is for")]) -> None:
+def token_create(
+    name: Annotated[str, typer.Argument(help="who the token is for (owner of their jobs)")],
+    admin: Annotated[bool, typer.Option(help="may see and cancel every user's jobs")] = False,
+) -> None:
     """Create a job API bearer token (printed once; only its hash is stored)."""
-    print(_store().create_token(name))
+    try:
+        slug(name, "token name")
+    except UnsafePath as exc:
+        raise fail(str(exc)) from None
+    print(_store().create_token(name, admin=admin))
 
 
 def token_revoke(name: str) -> None:
@@ -72,7 +81,7 @@ def submit_train_cmd(
         spec = TrainJobSpec(
             config=str(config.resolve()), overrides=_parse_sets(set_), evaluate={"split": split}
         )
-        job = submit_train(_store(), s, spec, name, out)
+        job = submit_train(_store(), s, spec, name, out, owner=LOCAL_ADMIN.name)
     except (BadJobSpec, ValueError) as exc:
         raise fail(str(exc)) from None
     print(job.id)
@@ -97,7 +106,7 @@ def submit_parse_cmd(
             out=str(out.resolve()), backend=backend, limit=limit, workers=workers,
             rows_per_shard=rows_per_shard,
         )  # fmt: skip
-        job = submit_parse(_store(), get_settings(), spec, name)
+        job = submit_parse(_store(), get_settings(), spec, name, owner=LOCAL_ADMIN.name)
     except (BadJobSpec, ValueError) as exc:
         raise fail(str(exc)) from None
     print(job.id)
@@ -236,7 +245,7 @@ def experiment_run(
     s = get_settings()
     store = _store()
     try:
-        exp, js = submit_experiment(store, s, load_experiment_file(grid))
+        exp, js = submit_experiment(store, s, load_experiment_file(grid), owner=LOCAL_ADMIN.name)
     except (BadJobSpec, ValueError) as exc:
         raise fail(str(exc)) from None
     console.print(f"experiment {exp.name} ({exp.id}): {len(js)} jobs queued")
@@ -285,22 +294,49 @@ def worker(
     queues: Annotated[str, typer.Option(help="comma-separated: parse, train")] = "parse,train",
     once: Annotated[bool, typer.Option(help="exit after one job (a Kubernetes Job)")] = False,
 ) -> None:
-    """Run a worker in the foreground (solo pool, one job at a time)."""
+    """Run a worker in the foreground (solo pool, one job at a time).
+
+    SIGTERM and SIGINT are passed to the Celery process, which shuts down warm: a running
+    training job saves a checkpoint and goes back on the queue. This command exits with the
+    worker's status once it has stopped, never leaving it behind.
+    """
     proc = start_worker(queues, {"SYNATTN_WORKER_ONCE": "1"} if once else None)
+    raise typer.Exit(code=supervise(proc))
+
+
+def supervise(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for ``proc``, passing SIGTERM, SIGINT and SIGHUP on to it; its exit status."""
+    forwarded: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT,
+                                                        signal.SIGHUP)}  # fmt: skip
     try:
-        raise typer.Exit(code=proc.wait())
-    except KeyboardInterrupt:
-        proc.terminate()
-        raise typer.Exit(code=proc.wait()) from None
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:  # a second Ctrl-C while waiting: keep waiting
+                continue
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return 0 if forwarded and code in (0, -signal.SIGTERM) else code
 
 
 def serve_jobs(host: str | None = None, port: int | None = None) -> None:
-    """Serve the job API (uvicorn)."""
-    import uvicorn
+    """Serve the job API (uvicorn, with header and body time limits)."""
+    from synattn_shared.serve import serve
 
     s = get_settings()
-    uvicorn.run("synattn_jobs.api:app_factory", factory=True, host=host or s.api_host,
-                port=port or s.api_port)  # fmt: skip
+    serve(
+        "synattn_jobs.api:app_factory", host=host or s.api_host, port=port or s.api_port,
+        header_timeout=s.header_timeout_s, body_timeout=s.body_timeout_s,
+    )  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

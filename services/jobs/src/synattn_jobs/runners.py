@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from synattn_jobs.specs import ParseJobSpec, TrainJobSpec
+from synattn_jobs.specs import ParseJobSpec, StoredTrainSpec, TrainJobSpec
 
 Progress = Callable[[dict[str, Any]], None]
 ShouldStop = Callable[[], bool]
@@ -40,13 +40,16 @@ def run_train(
     spec: TrainJobSpec, out_dir: Path, progress: Progress, should_stop: ShouldStop
 ) -> dict[str, Any]:
     """Train (or resume) the run in ``out_dir``, then translate and score the eval split."""
-    from synattn_trainer.config import load_config
+    from synattn_trainer.config import TrainConfig, load_config
     from synattn_trainer.evaluate import corpus_bleu, corpus_chrf
     from synattn_trainer.inference import translate_split
     from synattn_trainer.model import count_parameters
     from synattn_trainer.train import Trainer
 
-    cfg = load_config(spec.config, spec.overrides)
+    if isinstance(spec, StoredTrainSpec):
+        cfg = TrainConfig.model_validate(spec.resolved)  # what was checked at submit
+    else:
+        cfg = load_config(spec.config, spec.overrides)
     trainer = Trainer(cfg, out_dir, progress=False)
     progress({"phase": "train", "max_updates": cfg.train.max_updates})
 

@@ -37,6 +37,23 @@ class JobSettings(BaseSettings):
     )
     max_retries: int = Field(5, ge=0, description="retries of transient errors, with backoff")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="job API request body limit")
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="a request's headers must arrive within this"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="a request's body must arrive within this"
+    )
+    events_max_s: float = Field(
+        3600.0, gt=0, le=86_400, description="a progress event stream closes after this"
+    )
+    # resource caps: a submitted configuration beyond any of these is refused (422)
+    max_d_model: int = Field(4096, ge=8, description="model width (d_model)")
+    max_d_ff: int = Field(16_384, ge=8, description="feed-forward width")
+    max_layers: int = Field(24, ge=1, description="layers per stack (encoder, decoder)")
+    max_heads: int = Field(64, ge=1, description="attention heads per layer")
+    max_tokens_per_batch: int = Field(65_536, ge=16, description="data.max_tokens")
+    max_updates: int = Field(1_000_000, ge=1, description="train.max_updates")
+    max_grid_jobs: int = Field(200, ge=1, description="training jobs one experiment may plan")
     api_host: str = "127.0.0.1"
     api_port: int = 8002
 

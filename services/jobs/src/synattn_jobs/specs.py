@@ -1,72 +1,105 @@
 """What a job runs: typed specs for parse jobs, training jobs and experiment grids.
 
-Every path a client sends is relative to the data root (or absolute inside it); anything that
-escapes it (``..``, an absolute path elsewhere, a symlink out) is refused before a job exists.
+Every path a client sends is relative to the data root (or absolute inside it) and goes through
+``synattn_shared.paths.confine``: anything that escapes it (``..``, an absolute path elsewhere,
+a symlink out) or lies in the service's own folder is refused before a job exists. Names that
+become path components (jobs, experiments, variants, grid values) are slugs or are refused.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from synattn_jobs.errors import BadJobSpec
+from synattn_shared.paths import SLUG_MAX, UnsafePath, confine, slug
+
+PathText = Annotated[str, Field(min_length=1, max_length=4096)]
+Slug = Annotated[str, Field(pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}$")]
+DottedKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")]
+GridValue = bool | int | float | Annotated[str, Field(max_length=SLUG_MAX)]
+Seed = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 
 class Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ParseJobSpec(Spec):
     """Parse a corpus into a shard dataset (``synattn parse`` as a job)."""
 
-    src: str
-    tgt: str | None = None
-    out: str
-    backend: str = "spacy"
-    limit: int | None = Field(None, ge=1)
+    src: PathText
+    tgt: PathText | None = None
+    out: PathText
+    backend: Literal["spacy", "benepar", "stanza", "derived", "given"] = "spacy"
+    limit: int | None = Field(None, ge=1, le=1_000_000_000)
     workers: int = Field(1, ge=1, le=64)
-    rows_per_shard: int = Field(10_000, ge=1)
+    rows_per_shard: int = Field(10_000, ge=1, le=1_000_000)
     pretokenized: bool = False
 
 
 class EvalSpec(Spec):
     """What a finished training job translates and scores (the report's BLEU)."""
 
-    split: str = Field("valid", pattern="^(valid|test)$")
+    split: Literal["valid", "test"] = "valid"
     beam: int | None = Field(None, ge=1, le=64)
-    limit: int | None = Field(None, ge=1)
+    limit: int | None = Field(None, ge=1, le=10_000_000)
     analyze: bool = Field(False, description="head importance and confidence on the split")
 
 
 class TrainJobSpec(Spec):
     """Train one configuration (YAML under the data root, plus dotted-key overrides)."""
 
-    config: str
-    overrides: dict[str, Any] = Field(default_factory=dict)
+    config: PathText
+    overrides: dict[DottedKey, Any] = Field(default_factory=dict, max_length=200)
     evaluate: EvalSpec | None = Field(default_factory=EvalSpec)
+
+    @field_validator("overrides")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_finite(v, "overrides")
+        return v
+
+
+class StoredTrainSpec(TrainJobSpec):
+    """A training job as stored: the request plus the configuration resolved at submit time.
+    The worker trains ``resolved``, so editing the YAML afterwards changes nothing."""
+
+    resolved: dict[str, Any]
 
 
 class ExperimentSpec(Spec):
     """A grid: variants x seeds x hyper-parameters over one base configuration."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.+-]{1,100}$")
-    config: str
-    baseline: str = "vanilla"
-    variants: list[str] | dict[str, dict[str, Any]]
-    seeds: list[int] = Field(default_factory=lambda: [1], min_length=1)
-    params: dict[str, list[Any]] = Field(default_factory=dict)
-    overrides: dict[str, Any] = Field(default_factory=dict)
+    name: Slug
+    config: PathText
+    baseline: Slug = "vanilla"
+    variants: (
+        Annotated[list[Slug], Field(min_length=1, max_length=200)]
+        | Annotated[dict[Slug, dict[str, Any]], Field(min_length=1, max_length=200)]
+    )
+    seeds: list[Seed] = Field(default_factory=lambda: [1], min_length=1, max_length=100)
+    params: dict[DottedKey, Annotated[list[GridValue], Field(min_length=1, max_length=100)]] = (
+        Field(default_factory=dict, max_length=10)
+    )
+    overrides: dict[DottedKey, Any] = Field(default_factory=dict, max_length=200)
     evaluate: EvalSpec = Field(default_factory=EvalSpec)
 
-    @field_validator("variants")
+    @field_validator("overrides", "variants")
     @classmethod
-    def _nonempty(cls, v: Any) -> Any:
-        if not v:
-            raise ValueError("at least one variant")
+    def _finite(cls, v: Any) -> Any:
+        check_finite(v, "value")
         return v
+
+    def planned_jobs(self) -> int:
+        """How many training jobs the grid plans (computed without planning them)."""
+        return (
+            len(self.variants) * len(set(self.seeds)) * math.prod(map(len, self.params.values()))
+        )
 
     def variant_fragments(self) -> dict[str, dict[str, Any]]:
         """Each variant's config fragment: a preset by name, or the grid's own."""
@@ -79,8 +112,18 @@ class ExperimentSpec(Spec):
             raise BadJobSpec(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
         return {v: VARIANTS[v] for v in self.variants}
 
-    def expand(self) -> list[dict[str, Any]]:
-        """One training job per (variant, seed, hyper-parameter combination)."""
+    def expand(self, max_jobs: int) -> list[dict[str, Any]]:
+        """One training job per (variant, seed, hyper-parameter combination).
+
+        Raises:
+            BadJobSpec: more than ``max_jobs`` jobs, an unknown preset, or a job name that is
+                not a slug (grid values become part of each run's folder name).
+        """
+        planned = self.planned_jobs()
+        if planned > max_jobs:
+            raise BadJobSpec(
+                f"the grid plans {planned} jobs; the limit is {max_jobs} (SYNATTN_MAX_GRID_JOBS)"
+            )
         fragments = self.variant_fragments()
         if self.baseline not in fragments:
             raise BadJobSpec(f"baseline {self.baseline!r} is not one of the variants")
@@ -92,9 +135,13 @@ class ExperimentSpec(Spec):
         jobs = []
         for variant, fragment in fragments.items():
             for combo in combos or [{}]:
-                for seed in self.seeds:
-                    tag = "-".join(f"{k.split('.')[-1]}{v}" for k, v in combo.items())
+                for seed in dict.fromkeys(self.seeds):
+                    tag = "-".join(f"{k.split('.')[-1]}{_grid_text(v)}" for k, v in combo.items())
                     name = f"{variant}-s{seed}" + (f"-{tag}" if tag else "")
+                    try:
+                        slug(name, "job name")
+                    except UnsafePath as exc:
+                        raise BadJobSpec(f"grid values make a bad run name: {exc}") from None
                     overrides = {**self.overrides, **combo, **fragment, "train.seed": seed}
                     jobs.append(
                         {"name": name, "variant": variant, "seed": seed, "params": combo,
@@ -104,37 +151,44 @@ class ExperimentSpec(Spec):
         return jobs
 
 
-def inside_root(path: str | Path, root: Path, what: str = "path") -> Path:
-    """Resolve ``path`` against ``root`` and refuse it unless it stays inside ``root``."""
-    p = Path(path)
-    if ".." in p.parts:
-        raise BadJobSpec(f"{what} {str(path)!r} must not contain '..'")
-    full = (p if p.is_absolute() else root / p).resolve()
-    if not full.is_relative_to(root.resolve()):
-        raise BadJobSpec(f"{what} {str(path)!r} is outside the data root {root}")
-    return full
+def _grid_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def check_parse_spec(spec: ParseJobSpec, root: Path) -> ParseJobSpec:
+def check_finite(value: Any, where: str) -> None:
+    """Refuse NaN and infinities anywhere in a nested value (YAML can write ``.inf``)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            raise ValueError(f"{where}: non-finite number {node}; finite numbers only")
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+
+
+def inside_root(
+    path: str | Path, root: Path, what: str = "path", private: tuple[Path, ...] = ()
+) -> Path:
+    """``path`` resolved inside ``root`` (and outside ``private``), or ``BadJobSpec``."""
+    try:
+        return confine(path, root, what, exclude=private)
+    except UnsafePath as exc:
+        raise BadJobSpec(str(exc)) from None
+
+
+def check_parse_spec(spec: ParseJobSpec, root: Path, private: tuple[Path, ...]) -> ParseJobSpec:
     """The spec with every path resolved inside the data root; the source must exist."""
-    src = inside_root(spec.src, root, "src")
+    src = inside_root(spec.src, root, "src", private)
     if not src.is_file():
         raise BadJobSpec(f"src {spec.src!r}: no such file under the data root")
     tgt = None
     if spec.tgt is not None:
-        tgt = inside_root(spec.tgt, root, "tgt")
+        tgt = inside_root(spec.tgt, root, "tgt", private)
         if not tgt.is_file():
             raise BadJobSpec(f"tgt {spec.tgt!r}: no such file under the data root")
-    out = inside_root(spec.out, root, "out")
+    out = inside_root(spec.out, root, "out", private)
+    if out == root:
+        raise BadJobSpec("out must be a folder inside the data root, not the root itself")
     return spec.model_copy(update={"src": str(src), "tgt": tgt and str(tgt), "out": str(out)})
-
-
-def check_train_spec(spec: TrainJobSpec, root: Path) -> TrainJobSpec:
-    """Resolve the config inside the data root and validate it, data paths included."""
-    from synattn_jobs.trainconfig import validate_train_config
-
-    config = inside_root(spec.config, root, "config")
-    if not config.is_file():
-        raise BadJobSpec(f"config {spec.config!r}: no such file under the data root")
-    validate_train_config(config, spec.overrides, root)
-    return spec.model_copy(update={"config": str(config)})

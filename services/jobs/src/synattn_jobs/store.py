@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from sqlalchemy import (
@@ -25,7 +26,9 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    inspect,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import Engine
@@ -46,6 +49,7 @@ class Experiment(Base):
     __tablename__ = "experiments"
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
+    owner: Mapped[str | None] = mapped_column(String(200), index=True, nullable=True)
     baseline: Mapped[str] = mapped_column(String(100))
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[float] = mapped_column(Float)
@@ -58,6 +62,7 @@ class Job(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))
     name: Mapped[str] = mapped_column(String(200))
+    owner: Mapped[str | None] = mapped_column(String(200), index=True, nullable=True)
     state: Mapped[str] = mapped_column(String(16), index=True)
     experiment_id: Mapped[str | None] = mapped_column(
         ForeignKey("experiments.id"), index=True, nullable=True
@@ -91,6 +96,27 @@ class ApiToken(Base):
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who calls: a token's name, and whether it may see every user's jobs."""
+
+    name: str
+    admin: bool = False
+
+    def may_see(self, owner: str | None) -> bool:
+        return self.admin or owner == self.name
+
+
+LOCAL_ADMIN = Principal("local", admin=True)  # the CLI: it has the database itself
+# columns added after the first release: (table, column, SQL type) for stores made before them
+ADDED_COLUMNS = (
+    ("jobs", "owner", "VARCHAR(200)"),
+    ("experiments", "owner", "VARCHAR(200)"),
+    ("api_tokens", "admin", "BOOLEAN NOT NULL DEFAULT FALSE"),
+)
 
 
 def new_id() -> str:
@@ -125,7 +151,16 @@ class JobStore:
     def __init__(self, url: str) -> None:
         self.engine = make_engine(url)
         Base.metadata.create_all(self.engine)
+        self._add_missing_columns()
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _add_missing_columns(self) -> None:
+        """Bring a store made by an earlier release up to date (new nullable columns only)."""
+        have = inspect(self.engine)
+        with self.engine.begin() as conn:
+            for table, column, sql_type in ADDED_COLUMNS:
+                if column not in {c["name"] for c in have.get_columns(table)}:
+                    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -144,9 +179,11 @@ class JobStore:
         variant: str | None = None,
         seed: int | None = None,
         params: dict[str, Any] | None = None,
+        owner: str | None = None,
     ) -> Job:
         job = Job(
-            id=new_id(), kind=kind, name=name, state="queued", spec=spec, out_dir=out_dir,
+            id=new_id(), kind=kind, name=name, owner=owner, state="queued", spec=spec,
+            out_dir=out_dir,
             experiment_id=experiment_id, variant=variant, seed=seed, params=params or {},
             progress={}, result={}, attempts=0, cancel_requested=False, created_at=time.time(),
         )  # fmt: skip
@@ -154,10 +191,13 @@ class JobStore:
             s.add(job)
         return job
 
-    def create_experiment(self, name: str, baseline: str, spec: dict[str, Any]) -> Experiment:
+    def create_experiment(
+        self, name: str, baseline: str, spec: dict[str, Any], owner: str | None = None
+    ) -> Experiment:
         exp = Experiment(
-            id=new_id(), name=name, baseline=baseline, spec=spec, created_at=time.time()
-        )
+            id=new_id(), name=name, owner=owner, baseline=baseline, spec=spec,
+            created_at=time.time(),
+        )  # fmt: skip
         with self.session() as s:
             s.add(exp)
         return exp
@@ -173,8 +213,12 @@ class JobStore:
         experiment_id: str | None = None,
         kind: str | None = None,
         limit: int = 1000,
+        owner: str | None = None,
     ) -> Sequence[Job]:
+        """Jobs, oldest first; ``owner`` given: only that user's."""
         q = select(Job).order_by(Job.created_at).limit(limit)
+        if owner is not None:
+            q = q.where(Job.owner == owner)
         if state:
             q = q.where(Job.state == state)
         if experiment_id:
@@ -184,21 +228,25 @@ class JobStore:
         with self.session() as s:
             return s.scalars(q).all()
 
-    def experiment(self, ref: str) -> Experiment | None:
-        """An experiment by id, or the newest one of that name."""
+    def experiment(self, ref: str, owner: str | None = None) -> Experiment | None:
+        """An experiment by id, or the newest one of that name (``owner`` given: theirs only)."""
         with self.session() as s:
             exp = s.get(Experiment, ref)
+            if exp is not None and owner is not None and exp.owner != owner:
+                exp = None
             if exp is None:
-                exp = s.scalars(
-                    select(Experiment)
-                    .where(Experiment.name == ref)
-                    .order_by(Experiment.created_at.desc())
-                ).first()
+                q = select(Experiment).where(Experiment.name == ref)
+                if owner is not None:
+                    q = q.where(Experiment.owner == owner)
+                exp = s.scalars(q.order_by(Experiment.created_at.desc())).first()
             return exp
 
-    def experiments(self) -> Sequence[Experiment]:
+    def experiments(self, owner: str | None = None) -> Sequence[Experiment]:
+        q = select(Experiment).order_by(Experiment.created_at)
+        if owner is not None:
+            q = q.where(Experiment.owner == owner)
         with self.session() as s:
-            return s.scalars(select(Experiment).order_by(Experiment.created_at)).all()
+            return s.scalars(q).all()
 
     # ------------------------------------------------------------ lifecycle
     def claim(self, job_id: str, worker: str, stale_after_s: float) -> bool:
@@ -309,21 +357,25 @@ class JobStore:
         return requeued
 
     # ------------------------------------------------------------ tokens
-    def create_token(self, name: str) -> str:
+    def create_token(self, name: str, admin: bool = False) -> str:
         """A new random bearer token; only its digest is stored, so show it once."""
         token = "sya_" + secrets.token_urlsafe(32)
         with self.session() as s:
-            s.add(ApiToken(name=name, digest=token_digest(token), created_at=time.time()))
+            s.add(
+                ApiToken(
+                    name=name, digest=token_digest(token), created_at=time.time(), admin=admin
+                )
+            )
         return token
 
-    def check_token(self, token: str) -> str | None:
-        """The token's name when it is valid, else None (constant-time digest lookup)."""
+    def check_token(self, token: str) -> Principal | None:
+        """Who holds ``token`` when it is valid, else None (lookup by digest only)."""
         digest = token_digest(token)
         with self.session() as s:
             row = s.scalars(
                 select(ApiToken).where(ApiToken.digest == digest, ApiToken.revoked.is_(False))
             ).first()
-            return None if row is None else row.name
+            return None if row is None else Principal(row.name, bool(row.admin))
 
     def revoke_token(self, name: str) -> int:
         with self.session() as s:

@@ -1,6 +1,7 @@
 """Submitting work: validate a spec against the data root, record the job, send its task.
 
 Shared by the job API and the CLI, so both refuse the same bad input with the same message.
+A training job stores its configuration resolved at submit time; the worker trains that.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from synattn_jobs.settings import JobSettings
 from synattn_jobs.specs import (
     ExperimentSpec,
     ParseJobSpec,
+    StoredTrainSpec,
     TrainJobSpec,
     check_parse_spec,
-    check_train_spec,
     inside_root,
 )
 from synattn_jobs.store import Experiment, Job, JobStore, new_id
+from synattn_shared.paths import UnsafePath, slug
 
 
 def _enqueue(job: Job) -> None:
@@ -30,34 +32,68 @@ def _enqueue(job: Job) -> None:
     enqueue(job.id, job.kind)
 
 
+def _private(settings: JobSettings) -> tuple[Path, ...]:
+    """Folders no user path may name: the service's own (job store, broker, tokens)."""
+    return (settings.home,)
+
+
+def _name(name: str | None, default: str, what: str) -> str:
+    try:
+        return slug(name if name is not None else default, what)
+    except UnsafePath as exc:
+        raise BadJobSpec(str(exc)) from None
+
+
+def resolve_train_spec(spec: TrainJobSpec, settings: JobSettings) -> StoredTrainSpec:
+    """The spec with its config file confined and its whole configuration resolved."""
+    from synattn_jobs.trainconfig import validate_train_config
+
+    config = inside_root(spec.config, settings.data_root, "config", _private(settings))
+    if not config.is_file():
+        raise BadJobSpec(f"config {spec.config!r}: no such file under the data root")
+    split = spec.evaluate.split if spec.evaluate is not None else None
+    cfg = validate_train_config(config, spec.overrides, settings, split)
+    return StoredTrainSpec(
+        config=str(config),
+        overrides=spec.overrides,
+        evaluate=spec.evaluate,
+        resolved=cfg.model_dump(mode="json"),
+    )
+
+
 def _run_dir(settings: JobSettings, name: str, out: str | None) -> Path:
-    if out is not None:
-        return inside_root(out, settings.data_root, "out")
     assert settings.runs_dir is not None
+    if out is not None:
+        run_dir = inside_root(out, settings.runs_dir, "out", _private(settings))
+        if run_dir == settings.runs_dir:
+            raise BadJobSpec("out must be a folder inside the runs folder, not the folder itself")
+        return run_dir
     return settings.runs_dir / f"{name}-{new_id()[:6]}"
 
 
 def submit_train(
     store: JobStore, settings: JobSettings, spec: TrainJobSpec, name: str | None = None,
-    out: str | None = None,
+    out: str | None = None, owner: str | None = None,
 ) -> Job:  # fmt: skip
-    """Queue one training job (its run directory under ``runs_dir`` unless given)."""
-    spec = check_train_spec(spec, settings.data_root)
-    name = name or Path(spec.config).stem
-    run_dir = _run_dir(settings, name, out)
-    job = store.create_job("train", name, spec.model_dump(mode="json"), str(run_dir))
+    """Queue one training job (its run directory under ``runs_dir``)."""
+    job_name = _name(name, Path(spec.config).stem, "name")
+    stored = resolve_train_spec(spec, settings)
+    run_dir = _run_dir(settings, job_name, out)
+    job = store.create_job(
+        "train", job_name, stored.model_dump(mode="json"), str(run_dir), owner=owner
+    )
     _enqueue(job)
     return job
 
 
 def submit_parse(
-    store: JobStore, settings: JobSettings, spec: ParseJobSpec, name: str | None = None
-) -> Job:
+    store: JobStore, settings: JobSettings, spec: ParseJobSpec, name: str | None = None,
+    owner: str | None = None,
+) -> Job:  # fmt: skip
     """Queue one parse job; its output folder is the spec's ``out``."""
-    spec = check_parse_spec(spec, settings.data_root)
-    job = store.create_job(
-        "parse", name or Path(spec.out).name, spec.model_dump(mode="json"), spec.out
-    )
+    spec = check_parse_spec(spec, settings.data_root, _private(settings))
+    job_name = _name(name, Path(spec.out).name, "name")
+    job = store.create_job("parse", job_name, spec.model_dump(mode="json"), spec.out, owner=owner)
     _enqueue(job)
     return job
 
@@ -66,12 +102,18 @@ def load_experiment_file(path: Path) -> ExperimentSpec:
     """Read a grid YAML; its ``config`` is relative to the YAML's folder when not absolute."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise BadJobSpec(f"{path}: {exc}") from None
-    if isinstance(raw, dict) and isinstance(raw.get("config"), str):
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise BadJobSpec(f"{path}: not valid YAML{where}") from None
+    if not isinstance(raw, dict):
+        raise BadJobSpec(f"{path}: an experiment is a mapping, not a {type(raw).__name__}")
+    if isinstance(raw.get("config"), str):
         cfg = Path(raw["config"])
-        if not cfg.is_absolute():
-            raw["config"] = str((path.parent / cfg).resolve())
+        if not cfg.is_absolute() and "\x00" not in raw["config"]:
+            raw["config"] = str(path.parent / cfg)
     try:
         return ExperimentSpec.model_validate(raw)
     except ValidationError as exc:
@@ -82,12 +124,14 @@ def load_experiment_file(path: Path) -> ExperimentSpec:
 
 
 def submit_experiment(
-    store: JobStore, settings: JobSettings, spec: ExperimentSpec
+    store: JobStore, settings: JobSettings, spec: ExperimentSpec, owner: str | None = None
 ) -> tuple[Experiment, list[Job]]:
     """Queue every job of a grid; all are validated before the first one is queued."""
-    planned = spec.expand()
-    checked = [(p, check_train_spec(p["spec"], settings.data_root)) for p in planned]
-    exp = store.create_experiment(spec.name, spec.baseline, spec.model_dump(mode="json"))
+    planned = spec.expand(settings.max_grid_jobs)
+    checked = [(p, resolve_train_spec(p["spec"], settings)) for p in planned]
+    exp = store.create_experiment(
+        spec.name, spec.baseline, spec.model_dump(mode="json"), owner=owner
+    )
     assert settings.runs_dir is not None
     root = settings.runs_dir / f"{spec.name}-{exp.id[:6]}"
     jobs = []
@@ -95,6 +139,7 @@ def submit_experiment(
         job = store.create_job(
             "train", p["name"], train_spec.model_dump(mode="json"), str(root / p["name"]),
             experiment_id=exp.id, variant=p["variant"], seed=p["seed"], params=p["params"],
+            owner=owner,
         )  # fmt: skip
         jobs.append(job)
     for job in jobs:
@@ -103,5 +148,9 @@ def submit_experiment(
 
 
 def job_view(job: Job) -> dict[str, Any]:
-    """The public view of a job (what the API returns and the CLI prints)."""
-    return job.as_dict()
+    """The public view of a job (what the API returns and the CLI prints); non-finite numbers
+    (a diverged loss) become null so the view is always valid JSON."""
+    from synattn_shared.webapi import finite_json
+
+    view: dict[str, Any] = finite_json(job.as_dict())
+    return view

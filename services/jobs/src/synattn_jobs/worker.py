@@ -6,6 +6,14 @@ reject on worker loss, prefetch 1, a Redis visibility timeout longer than any ru
 that a heartbeat per running job: a reaper thread in every worker puts jobs whose worker went
 silent (``kill -9``, a lost node) back on the queue, and they resume from their last checkpoint.
 A task claims its job with one conditional UPDATE, so redeliveries never run a job twice.
+
+Nothing is built at import: the app (and the settings it reads) is made on first use, and
+``celery -A synattn_jobs.worker`` finds it through the module attribute ``app``.
+
+Shutdown: on SIGTERM or SIGINT (a warm shutdown) a running training job stops at its next
+update, saves a checkpoint and goes back on the queue; it resumes on another worker. With
+``SYNATTN_WORKER_ONCE=1`` (``synattn worker --once``) a process runs exactly one job: any
+further delivery is handed back to the queue untouched.
 """
 
 from __future__ import annotations
@@ -21,17 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery, signals
+from celery.exceptions import Reject
 from kombu import Queue
 from pydantic import ValidationError
 
 from synattn_jobs.errors import BadJobSpec
 from synattn_jobs.runners import Cancelled
 from synattn_jobs.settings import JobSettings, get_settings
-from synattn_jobs.specs import ParseJobSpec, TrainJobSpec
+from synattn_jobs.specs import ParseJobSpec, StoredTrainSpec, TrainJobSpec
 from synattn_jobs.store import JobStore
 
 log = logging.getLogger("synattn.jobs")
 TASK_FOR_KIND = {"parse": "synattn.jobs.parse", "train": "synattn.jobs.train"}
+SHUTTING_DOWN = threading.Event()  # set by a warm shutdown: running jobs stop and requeue
+RAN_ONE = threading.Event()  # a --once process has taken its job
 
 
 def make_app(settings: JobSettings) -> Celery:
@@ -62,16 +73,35 @@ def make_app(settings: JobSettings) -> Celery:
     return app
 
 
-settings = get_settings()
-app = make_app(settings)
+_app: Celery | None = None
 _store: JobStore | None = None
+
+
+def get_app() -> Celery:
+    """The process's Celery app, built on first use from ``SYNATTN_*`` settings."""
+    global _app
+    if _app is None:
+        _app = make_app(get_settings())
+        register_tasks(_app)
+    return _app
+
+
+def __getattr__(name: str) -> Any:
+    """``synattn_jobs.worker.app`` (what ``celery -A synattn_jobs.worker`` reads), lazily."""
+    if name == "app":
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def store() -> JobStore:
     global _store
     if _store is None:
-        _store = JobStore(settings.database_url)
+        _store = JobStore(get_settings().database_url)
     return _store
+
+
+def once_mode() -> bool:
+    return os.environ.get("SYNATTN_WORKER_ONCE") == "1"
 
 
 def worker_name() -> str:
@@ -80,7 +110,7 @@ def worker_name() -> str:
 
 def enqueue(job_id: str, kind: str) -> None:
     """Send a job's task to its queue."""
-    app.send_task(TASK_FOR_KIND[kind], args=[job_id], queue=kind)
+    get_app().send_task(TASK_FOR_KIND[kind], args=[job_id], queue=kind)
 
 
 class Heartbeat(threading.Thread):
@@ -93,7 +123,7 @@ class Heartbeat(threading.Thread):
         self.lost = threading.Event()
 
     def run(self) -> None:
-        while not self.stop.wait(settings.heartbeat_s):
+        while not self.stop.wait(get_settings().heartbeat_s):
             try:
                 if not store().heartbeat(self.job_id, self.me):
                     self.lost.set()  # requeued elsewhere or cancelled: stop working on it
@@ -106,10 +136,10 @@ def cancel_checker(job_id: str, beat: Heartbeat) -> Callable[[], bool]:
     last = [0.0, False]
 
     def should_stop() -> bool:
-        if beat.lost.is_set():
+        if beat.lost.is_set() or SHUTTING_DOWN.is_set():
             return True
         now = time.monotonic()
-        if now - last[0] >= settings.cancel_poll_s:
+        if now - last[0] >= get_settings().cancel_poll_s:
             last[0] = now
             last[1] = store().cancel_requested(job_id)
         return bool(last[1])
@@ -124,13 +154,19 @@ def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
     """Claim the job, run it with a heartbeat, record the outcome. Safe to deliver twice."""
     from synattn_jobs import runners
 
+    if once_mode() and RAN_ONE.is_set():
+        # this --once process has had its job: the message goes back for another worker
+        raise Reject(f"job {job_id}: this --once worker has run its job", requeue=True)
+    if SHUTTING_DOWN.is_set():
+        raise Reject(f"job {job_id}: the worker is shutting down", requeue=True)
     s = store()
     me = worker_name()
-    if not s.claim(job_id, me, settings.stale_after_s):
+    if not s.claim(job_id, me, get_settings().stale_after_s):
         job = s.get(job_id)
         state = None if job is None else job.state
         log.info("job %s not claimed (state %s): nothing to do", job_id, state)
         return {"job": job_id, "skipped": state}
+    RAN_ONE.set()
     job = s.get(job_id)
     assert job is not None
     beat = Heartbeat(job_id, me)
@@ -138,13 +174,22 @@ def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
     should_stop = cancel_checker(job_id, beat)
     try:
         if kind == "train":
-            spec: Any = TrainJobSpec.model_validate(job.spec)
+            spec: Any = (
+                StoredTrainSpec.model_validate(job.spec)
+                if "resolved" in job.spec
+                else TrainJobSpec.model_validate(job.spec)  # queued before specs were resolved
+            )
             run: Callable[..., dict[str, Any]] = runners.run_train
         else:
             spec = ParseJobSpec.model_validate(job.spec)
             run = runners.run_parse
         result = run(spec, Path(job.out_dir), lambda p: s.set_progress(job_id, p), should_stop)
     except Cancelled as exc:
+        if SHUTTING_DOWN.is_set() and not s.cancel_requested(job_id):
+            s.release(job_id, me, "worker shut down; requeued")
+            enqueue(job_id, kind)  # resumes from its checkpoint on the next worker
+            log.warning("job %s requeued: the worker is shutting down", job_id)
+            return {"job": job_id, "state": "requeued"}
         s.finish(job_id, "cancelled", error=str(exc), worker=me)
         return {"job": job_id, "state": "cancelled"}
     except (BadJobSpec, ValidationError, FileNotFoundError, ValueError) as exc:
@@ -165,21 +210,32 @@ def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
     return {"job": job_id, "state": "succeeded"}
 
 
-@app.task(name=TASK_FOR_KIND["train"], bind=True, max_retries=settings.max_retries)
-def train_job(self: Any, job_id: str) -> dict[str, Any]:
+def train_job(task: Any, job_id: str) -> dict[str, Any]:
     """Run (or resume) one training job."""
-    return execute(self, job_id, "train")
+    return execute(task, job_id, "train")
 
 
-@app.task(name=TASK_FOR_KIND["parse"], bind=True, max_retries=settings.max_retries)
-def parse_job(self: Any, job_id: str) -> dict[str, Any]:
+def parse_job(task: Any, job_id: str) -> dict[str, Any]:
     """Run (or resume) one parse job."""
-    return execute(self, job_id, "parse")
+    return execute(task, job_id, "parse")
+
+
+def register_tasks(app: Celery) -> None:
+    """The job tasks, and the shard task where the parser is installed (its one definition
+    lives in ``synattn_parser.tasks``; a trainer-only image has no parser)."""
+    retries = get_settings().max_retries
+    app.task(name=TASK_FOR_KIND["train"], bind=True, max_retries=retries)(train_job)
+    app.task(name=TASK_FOR_KIND["parse"], bind=True, max_retries=retries)(parse_job)
+    try:
+        from synattn_parser.tasks import add_shard_task
+    except ImportError:
+        return
+    add_shard_task(app)
 
 
 def reap_once() -> list[str]:
     """Requeue the jobs whose worker stopped beating, and send their tasks again."""
-    requeued = store().requeue_stale(settings.stale_after_s)
+    requeued = store().requeue_stale(get_settings().stale_after_s)
     for job_id in requeued:
         job = store().get(job_id)
         if job is not None:
@@ -200,7 +256,7 @@ class Reaper(threading.Thread):
                 reap_once()
             except Exception:
                 log.exception("reaper pass failed")
-            time.sleep(max(0.5, settings.stale_after_s / 2))
+            time.sleep(max(0.5, get_settings().stale_after_s / 2))
 
 
 @signals.worker_ready.connect
@@ -208,24 +264,18 @@ def _start_reaper(**_: Any) -> None:
     Reaper().start()
 
 
+@signals.worker_shutting_down.connect
+def _stop_running_jobs(**_: Any) -> None:
+    """A warm shutdown (SIGTERM, SIGINT): the running job stops at its next step, is saved
+    and requeued (see ``execute``); Celery then exits once the task has returned."""
+    SHUTTING_DOWN.set()
+
+
 @signals.task_postrun.connect
 def _exit_after_one_job(**_: Any) -> None:
-    """``SYNATTN_WORKER_ONCE=1``: a warm shutdown after the first task (one Kubernetes Job per
-    queued job; the task is acknowledged before the process exits)."""
-    if os.environ.get("SYNATTN_WORKER_ONCE") == "1":
+    """``SYNATTN_WORKER_ONCE=1``: a warm shutdown after the first job (one Kubernetes Job per
+    queued job; its task is acknowledged before the process exits)."""
+    if once_mode() and RAN_ONE.is_set():
         import signal
 
         os.kill(os.getpid(), signal.SIGTERM)
-
-
-@app.task(
-    name="synattn.parse_shard",
-    autoretry_for=(OSError,),  # transient: a shared volume hiccup
-    retry_backoff=True,
-    max_retries=5,
-)
-def parse_shard(job: dict[str, Any]) -> dict[str, Any]:
-    """One shard of a corpus (fan-out over many parser workers); safe to run twice."""
-    from synattn_parser.batch import run_shard_payload
-
-    return run_shard_payload(job)

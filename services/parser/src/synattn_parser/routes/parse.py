@@ -50,7 +50,9 @@ def check_request(req: ParseRequest, cfg: ParserSettings) -> None:
                 422, f"sentence {k}: {len(s)} characters, the limit is {cfg.max_chars}"
             )
         if not isinstance(s, str) and len(s) > cfg.max_tokens:
-            raise HTTPException(422, f"sentence {k}: {len(s)} tokens, the limit is {cfg.max_tokens}")
+            raise HTTPException(
+                422, f"sentence {k}: {len(s)} tokens, the limit is {cfg.max_tokens}"
+            )
         if req.strict and (reason := check_input(s)) is not None:
             raise HTTPException(422, f"sentence {k}: {reason}")
 

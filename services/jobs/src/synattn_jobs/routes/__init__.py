@@ -1,0 +1,1 @@
+"""The job API's routes, one module per resource (``create_app`` includes them)."""
