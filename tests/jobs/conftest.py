@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -209,3 +210,33 @@ def own_redis(tmp_path: Path) -> Iterator[dict[str, object]]:
     assert isinstance(p, subprocess.Popen)
     p.kill()
     p.wait()
+
+
+def h(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def api(embedded: Env) -> Iterator[tuple[str, str, Env]]:
+    """A real ``synattn serve-jobs`` (short header and body deadlines) and a user token."""
+    port = free_port()
+    log = open(embedded.home / "api.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("synattn")), "serve-jobs", "--port", str(port)],
+        env={**embedded.env, "SYNATTN_HEADER_TIMEOUT_S": "2", "SYNATTN_BODY_TIMEOUT_S": "3"},
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(f"{base}/v1/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        raise AssertionError((embedded.home / "api.log").read_text())
+    token = embedded.cli("token", "create", "tester").stdout.strip()
+    yield base, token, embedded
+    proc.terminate()
+    proc.wait(timeout=30)

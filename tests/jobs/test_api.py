@@ -3,45 +3,11 @@ progress events, experiments."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 
-from tests.conftest import free_port
 from tests.jobs.conftest import Env
-
-
-@pytest.fixture
-def api(embedded: Env) -> Iterator[tuple[str, str, Env]]:
-    port = free_port()
-    log = open(embedded.home / "api.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("synattn")), "serve-jobs", "--port", str(port)],
-        env=embedded.env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{base}/v1/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        raise AssertionError((embedded.home / "api.log").read_text())
-    token = embedded.cli("token", "create", "tester").stdout.strip()
-    yield base, token, embedded
-    proc.terminate()
-    proc.wait(timeout=30)
-
-
-def _h(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.jobs.conftest import h as _h
 
 
 def test_requests_without_or_with_a_wrong_token_are_refused(api: tuple[str, str, Env]) -> None:

@@ -55,8 +55,11 @@ def guarded_http(header_timeout: float, body_timeout: float) -> type[asyncio.Pro
             self._deadline = None
             if self.transport.is_closing():
                 return
-            cycle = self.cycle
-            if cycle is None or not cycle.response_started:
+            cycle = self.cycle  # for "headers", the previous request's cycle (or None)
+            idle = cycle is None or (
+                cycle.response_complete if part == "headers" else not cycle.response_started
+            )
+            if idle:  # nothing of ours is on the wire: a 408 cannot interleave with a reply
                 body = json.dumps(
                     {"detail": f"request {part} not received within {seconds:g} s"}
                 ).encode()

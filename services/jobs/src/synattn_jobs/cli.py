@@ -32,6 +32,17 @@ def fail(reason: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code=code)
 
 
+def one_line(exc: Exception) -> str:
+    """An error as the one line a CLI prints (pydantic's first error, not its essay)."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        return f"{loc}: {first['msg']}" if loc else str(first["msg"])
+    return " ".join(str(exc).split())
+
+
 def _store() -> JobStore:
     return JobStore(get_settings().database_url)
 
@@ -54,7 +65,7 @@ def token_create(
     try:
         slug(name, "token name")
     except UnsafePath as exc:
-        raise fail(str(exc)) from None
+        raise fail(one_line(exc)) from None
     print(_store().create_token(name, admin=admin))
 
 
@@ -83,7 +94,7 @@ def submit_train_cmd(
         )
         job = submit_train(_store(), s, spec, name, out, owner=LOCAL_ADMIN.name)
     except (BadJobSpec, ValueError) as exc:
-        raise fail(str(exc)) from None
+        raise fail(one_line(exc)) from None
     print(job.id)
 
 
@@ -108,7 +119,7 @@ def submit_parse_cmd(
         )  # fmt: skip
         job = submit_parse(_store(), get_settings(), spec, name, owner=LOCAL_ADMIN.name)
     except (BadJobSpec, ValueError) as exc:
-        raise fail(str(exc)) from None
+        raise fail(one_line(exc)) from None
     print(job.id)
 
 
@@ -247,7 +258,7 @@ def experiment_run(
     try:
         exp, js = submit_experiment(store, s, load_experiment_file(grid), owner=LOCAL_ADMIN.name)
     except (BadJobSpec, ValueError) as exc:
-        raise fail(str(exc)) from None
+        raise fail(one_line(exc)) from None
     console.print(f"experiment {exp.name} ({exp.id}): {len(js)} jobs queued")
     if not wait:
         print(exp.id)

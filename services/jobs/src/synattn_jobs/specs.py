@@ -156,16 +156,17 @@ def _grid_text(value: Any) -> str:
 
 
 def check_finite(value: Any, where: str) -> None:
-    """Refuse NaN and infinities anywhere in a nested value (YAML can write ``.inf``)."""
-    stack = [value]
+    """Refuse NaN and infinities anywhere in a nested value (YAML can write ``.inf``); the
+    message names the key that holds one."""
+    stack: list[tuple[str, Any]] = [(where, value)]
     while stack:
-        node = stack.pop()
+        path, node = stack.pop()
         if isinstance(node, float) and not math.isfinite(node):
-            raise ValueError(f"{where}: non-finite number {node}; finite numbers only")
+            raise ValueError(f"{path}: non-finite number {node}; finite numbers only")
         if isinstance(node, dict):
-            stack.extend(node.values())
+            stack.extend((f"{path}.{k}", v) for k, v in node.items())
         elif isinstance(node, list | tuple):
-            stack.extend(node)
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(node))
 
 
 def inside_root(

@@ -76,8 +76,8 @@ def submit_train(
     out: str | None = None, owner: str | None = None,
 ) -> Job:  # fmt: skip
     """Queue one training job (its run directory under ``runs_dir``)."""
-    job_name = _name(name, Path(spec.config).stem, "name")
     stored = resolve_train_spec(spec, settings)
+    job_name = _name(name, Path(stored.config).stem, "name")
     run_dir = _run_dir(settings, job_name, out)
     job = store.create_job(
         "train", job_name, stored.model_dump(mode="json"), str(run_dir), owner=owner

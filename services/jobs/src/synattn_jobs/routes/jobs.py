@@ -34,7 +34,7 @@ def list_jobs(
     who: Caller,
     store: Store,
     state: JobState | None = None,
-    experiment: Annotated[str | None, Query(pattern=EXPERIMENT_REF.pattern)] = None,
+    experiment: Annotated[str | None, Query(pattern=f"^{EXPERIMENT_REF.pattern}$")] = None,
     kind: Literal["parse", "train"] | None = None,
     limit: Annotated[int, Query(ge=1, le=2000)] = 1000,
 ) -> Any:
