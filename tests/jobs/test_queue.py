@@ -145,3 +145,62 @@ def test_a_once_worker_runs_one_job_and_exits(over_redis: Env) -> None:
     assert w.wait(timeout=180) == 0
     states = sorted(over_redis.store().get(j).state for j in (first, second))
     assert states == ["queued", "succeeded"]
+
+
+def _synattn_worker(env: Env, *args: str) -> subprocess.Popen[bytes]:
+    log = open(env.home / f"cli-worker-{len(env.workers)}.log", "ab")  # noqa: SIM115
+    w = subprocess.Popen(
+        [str(Path(sys.executable).with_name("synattn")), "worker", *args],
+        env=env.env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    env.workers.append(w)
+    return w
+
+
+def test_a_once_worker_takes_exactly_one_of_a_parse_and_a_train_job(
+    over_redis: Env, m30k: dict[str, Path]
+) -> None:
+    """Both queues, one job on each: a ``--once`` worker runs one, leaves the other queued, and
+    exits 0; the next ``--once`` worker runs the other."""
+    src = over_redis.root / "once-src.en"
+    src.write_text("A dog runs .\nTwo men play chess in a park .\n", encoding="utf-8")
+    out = over_redis.root / "parsed" / f"once-{os.getpid()}-{time.time_ns()}"
+    parse = over_redis.cli("submit", "parse", "--src", str(src), "--out", str(out)).stdout.strip()
+    train = _submit(over_redis)
+    store = over_redis.store()
+    for round_ in (1, 2):
+        w = _synattn_worker(over_redis, "--queues", "parse,train", "--once")
+        assert w.wait(timeout=240) == 0
+        states = [store.get(j).state for j in (parse, train)]
+        assert sorted(states) == (["queued", "succeeded"] if round_ == 1 else ["succeeded"] * 2)
+    assert sum(store.get(j).attempts for j in (parse, train)) == 2
+
+
+def test_sigterm_stops_the_worker_cleanly_and_the_job_resumes_elsewhere(over_redis: Env) -> None:
+    """SIGTERM to ``synattn worker`` mid-training: the Celery child shuts down warm, the job is
+    checkpointed and requeued, no process is left behind, and another worker finishes it from
+    that checkpoint."""
+    import psutil
+
+    job_id = _submit(over_redis, "configs/mid.yaml")
+    w = _synattn_worker(over_redis, "--queues", "train")
+    over_redis.wait(job_id, {"running"}, timeout=120, update=8)
+    family = [psutil.Process(w.pid), *psutil.Process(w.pid).children(recursive=True)]
+    assert len(family) >= 2  # the CLI and its Celery worker
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(timeout=60) == 0
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    job = over_redis.store().get(job_id)
+    assert job.state == "queued" and "shut down" in (job.error or "")
+    stopped_at = job.progress["update"]
+    assert stopped_at < 40
+    over_redis.worker("train")
+    job = over_redis.wait(job_id, {"succeeded", "failed"}, timeout=240)
+    assert job.state == "succeeded", job.error
+    assert job.attempts == 2
+    events = _events(Path(job.out_dir))
+    starts = [e for e in events if e["event"] == "start"]
+    assert [s["resumed"] for s in starts] == [False, True]
+    assert starts[1]["update"] == stopped_at  # saved at the stop, resumed right there
+    assert [e["update"] for e in events if e["event"] == "end"] == [stopped_at, 40]
