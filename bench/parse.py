@@ -9,7 +9,11 @@ On the first N Multi30k training sentences, in one run:
       model processes against the CLI's two processes, for information;
   (d) memory: M sentences through the running API (32 per request); resident memory of the API
       process and its model worker
-      after warm-up and at the end (goal: growth < 10%).
+      after warm-up and at the end (goal: growth < 10%);
+  (e) the largest response the default limits allow (PARSER_MAX_RESPONSE_CELLS numbers, one
+      feature over 250-word sentences), dense and compact: its size, its time and the HTTP
+      process's peak RSS (VmHWM), and that one cell more is refused with 413 before any work.
+The server runs as ``synattn serve-parser`` (the command users run, with its time limits).
 (a) and (b) are repeated; medians are printed.
 
     python bench/parse.py [--n 5000] [--memory-n 20000] [--repeats 3] [--data-dir ../shared/data]
@@ -70,9 +74,9 @@ def start_server(**extra_env: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "PARSER_MAX_SENTENCES": "256", **extra_env}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "synattn_parser.api:create_app", "--factory",
-         "--port", str(port), "--log-level", "warning", "--no-access-log"],
-        env=env,
+        [str(Path(sys.executable).with_name("synattn")), "serve-parser", "--port", str(port),
+         "--log-level", "warning", "--no-access-log"],
+        env=env, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
@@ -116,6 +120,33 @@ async def clients(url: str, items: list, concurrency: int, per_request: int):
 def percentile(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def peak_rss(pid: int) -> int:
+    """Peak resident memory of a process so far (Linux VmHWM), bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM")
+
+
+def largest_response(url: str, pid: int, fmt: str) -> tuple[int, float, int, int]:
+    """The largest request the default limits allow; (bytes, seconds, peak RSS before, after).
+    Also checks that a request one sentence larger is refused with 413."""
+    cells = ParserSettings().max_response_cells
+    words = [f"w{k % 50}" for k in range(250)]
+    n = cells // (250 * 250)
+    body = {"sentences": [words] * n, "features": ["slr_bias"], "format": fmt}
+    before = peak_rss(pid)
+    t = time.perf_counter()
+    r = httpx.post(f"{url}/v1/parse", json=body, timeout=300)
+    took = time.perf_counter() - t
+    r.raise_for_status()
+    after = peak_rss(pid)
+    over = httpx.post(f"{url}/v1/parse", json={**body, "sentences": [words] * (n + 1)},
+                      timeout=300)  # fmt: skip
+    assert over.status_code == 413, over.text
+    return len(r.content), took, before, after
 
 
 def main() -> None:
@@ -174,6 +205,13 @@ def main() -> None:
             f"{rss0 / 2**20:.1f} MiB, at the end {rss1 / 2**20:.1f} MiB, growth "
             f"{(rss1 - rss0) / rss0 * 100:+.1f}% (goal < 10%)"
         )
+        for fmt in ("dense", "compact"):
+            size, took, hwm0, hwm1 = largest_response(url, proc.pid, fmt)
+            print(
+                f"(e) largest allowed response ({ParserSettings().max_response_cells} numbers, "
+                f"{fmt}): {size / 2**20:.1f} MiB in {took:.2f} s; HTTP process peak RSS "
+                f"{hwm0 / 2**20:.0f} -> {hwm1 / 2**20:.0f} MiB; one sentence more: 413"
+            )
     finally:
         proc.terminate()
         proc.wait(15)

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -216,27 +217,50 @@ def h(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-@pytest.fixture
-def api(embedded: Env) -> Iterator[tuple[str, str, Env]]:
-    """A real ``synattn serve-jobs`` (short header and body deadlines) and a user token."""
+@contextmanager
+def serving(env: Env) -> Iterator[tuple[str, str, Env]]:
+    """A real ``synattn serve-jobs`` over ``env`` (short header and body deadlines) and a user
+    token named ``tester``."""
     port = free_port()
-    log = open(embedded.home / "api.log", "wb")  # noqa: SIM115
+    log = open(env.home / "api.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("synattn")), "serve-jobs", "--port", str(port)],
-        env={**embedded.env, "SYNATTN_HEADER_TIMEOUT_S": "2", "SYNATTN_BODY_TIMEOUT_S": "3"},
+        env={**env.env, "SYNATTN_HEADER_TIMEOUT_S": "2", "SYNATTN_BODY_TIMEOUT_S": "3"},
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{base}/v1/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        raise AssertionError((embedded.home / "api.log").read_text())
-    token = embedded.cli("token", "create", "tester").stdout.strip()
-    yield base, token, embedded
-    proc.terminate()
-    proc.wait(timeout=30)
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(f"{base}/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError((env.home / "api.log").read_text())
+        token = env.cli("token", "create", "tester").stdout.strip()
+        yield base, token, env
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def api(embedded: Env) -> Iterator[tuple[str, str, Env]]:
+    """The job API over a fresh embedded queue, for one test."""
+    with serving(embedded) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def shared_api(
+    m30k: dict[str, Path],  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, str, Env]]:
+    """One job API for a whole module of tests that do not run jobs (hostile input)."""
+    root = tmp_path_factory.getbasetemp()
+    tiny_yaml(m30k, root / "configs" / "tiny.yaml")
+    home = tmp_path_factory.mktemp("api-home")
+    env = Env(root, home, f"sqla+sqlite:///{home / 'broker.sqlite'}")
+    with serving(env) as served:
+        yield served

@@ -68,16 +68,16 @@ def write_config(env: Env, name: str, text: str) -> str:
         ({"spec": {"config": TINY, "overrides": {"data.train": "/etc"}}}, "data.train"),
     ],
 )
-def test_paths_and_names_from_users_are_confined(api: API, body: Any, needle: str) -> None:
-    base, token, _ = api
+def test_paths_and_names_from_users_are_confined(shared_api: API, body: Any, needle: str) -> None:
+    base, token, _ = shared_api
     r = train(base, token, body)
     assert r.status_code == 422, r.text
     assert needle in r.json()["detail"], r.text
     still_serves(base, token)
 
 
-def test_a_symlink_out_of_the_data_root_is_refused(api: API) -> None:
-    base, token, env = api
+def test_a_symlink_out_of_the_data_root_is_refused(shared_api: API) -> None:
+    base, token, env = shared_api
     link = env.root / "configs" / "escape.yaml"
     link.unlink(missing_ok=True)
     link.symlink_to("/etc/hostname")
@@ -86,9 +86,9 @@ def test_a_symlink_out_of_the_data_root_is_refused(api: API) -> None:
     still_serves(base, token)
 
 
-def test_the_service_home_is_never_reachable(api: API) -> None:
+def test_the_service_home_is_never_reachable(shared_api: API) -> None:
     """The tests' SYNATTN_HOME lies inside the data root: its job store must stay private."""
-    base, token, env = api
+    base, token, env = shared_api
     inside = env.home.relative_to(env.root)
     for body in ({"spec": {"config": str(inside / "jobs.sqlite")}},
                  {"out": str(env.home / "runs-here"), "spec": {"config": TINY}}):  # fmt: skip
@@ -115,16 +115,18 @@ def test_the_service_home_is_never_reachable(api: API) -> None:
         (grid(config="/etc/passwd"), "outside the data root"),
     ],
 )
-def test_grid_names_and_values_that_would_become_paths(api: API, spec: Any, needle: str) -> None:
-    base, token, _ = api
+def test_grid_names_and_values_that_would_become_paths(
+    shared_api: API, spec: Any, needle: str
+) -> None:
+    base, token, _ = shared_api
     r = httpx.post(f"{base}/v1/experiments", headers=h(token), json=spec, timeout=30)
     assert r.status_code == 422, r.text
     assert needle in r.text
     still_serves(base, token)
 
 
-def test_artifacts_are_served_only_from_inside_the_job_folder(api: API) -> None:
-    base, token, _ = api
+def test_artifacts_are_served_only_from_inside_the_job_folder(shared_api: API) -> None:
+    base, token, _ = shared_api
     job = train(base, token, {"name": "art", "spec": {"config": TINY}}).json()
     folder = Path(job["out_dir"])
     folder.mkdir(parents=True, exist_ok=True)
@@ -147,10 +149,10 @@ def test_artifacts_are_served_only_from_inside_the_job_folder(api: API) -> None:
     still_serves(base, token)
 
 
-def test_a_job_recorded_outside_the_root_serves_nothing(api: API) -> None:
+def test_a_job_recorded_outside_the_root_serves_nothing(shared_api: API) -> None:
     """Defence in depth: even a job row whose folder lies outside the data root (written by an
     older release, or by hand) serves no file."""
-    base, token, env = api
+    base, token, env = shared_api
     store = env.store()
     job = store.create_job("train", "legacy", {"config": TINY}, "/etc", owner="tester")
     url = f"{base}/v1/jobs/{job.id}/artifacts"
@@ -180,8 +182,8 @@ def test_a_job_recorded_outside_the_root_serves_nothing(api: API) -> None:
         (b"[]", "body"),
     ],
 )  # fmt: skip
-def test_bad_json_is_a_422(api: API, body: bytes, needle: str) -> None:
-    base, token, _ = api
+def test_bad_json_is_a_422(shared_api: API, body: bytes, needle: str) -> None:
+    base, token, _ = shared_api
     r = raw(base, token, "/v1/jobs/train", body)
     assert r.status_code == 422, r.text
     assert needle in r.text and isinstance(r.json()["detail"], str)
@@ -219,9 +221,9 @@ def test_bad_json_is_a_422(api: API, body: bytes, needle: str) -> None:
     ],
 )  # fmt: skip
 def test_configurations_that_would_fail_in_the_worker_fail_at_submit(
-    api: API, overrides: dict[str, Any], needle: str
+    shared_api: API, overrides: dict[str, Any], needle: str
 ) -> None:
-    base, token, _ = api
+    base, token, _ = shared_api
     r = train(base, token, {"spec": {"config": TINY, "overrides": overrides}})
     assert r.status_code == 422, r.text
     assert needle in r.json()["detail"], r.text
@@ -239,8 +241,8 @@ def test_configurations_that_would_fail_in_the_worker_fail_at_submit(
         ("a: &a [*a, *a]\n", "config"),
     ],
 )
-def test_config_files_that_are_not_configs(api: API, text: str, needle: str) -> None:
-    base, token, env = api
+def test_config_files_that_are_not_configs(shared_api: API, text: str, needle: str) -> None:
+    base, token, env = shared_api
     cfg = write_config(env, f"bad-{abs(hash(text))}.yaml", text)
     r = train(base, token, {"spec": {"config": cfg}})
     assert r.status_code == 422, r.text
@@ -248,15 +250,15 @@ def test_config_files_that_are_not_configs(api: API, text: str, needle: str) -> 
     still_serves(base, token)
 
 
-def test_evaluating_a_split_the_config_lacks_fails_at_submit(api: API) -> None:
-    base, token, _ = api
+def test_evaluating_a_split_the_config_lacks_fails_at_submit(shared_api: API) -> None:
+    base, token, _ = shared_api
     r = train(base, token, {"spec": {"config": TINY, "evaluate": {"split": "test"}}})
     assert r.status_code == 422 and "no data.test" in r.json()["detail"]
 
 
-def test_the_worker_trains_the_configuration_resolved_at_submit(api: API) -> None:
+def test_the_worker_trains_the_configuration_resolved_at_submit(shared_api: API) -> None:
     """Editing the YAML after submitting changes nothing: the job holds the resolved config."""
-    base, token, env = api
+    base, token, env = shared_api
     cfg = write_config(env, "mutable.yaml", (env.root / TINY).read_text())
     job = train(base, token, {"spec": {"config": cfg, "overrides": {"optim.lr": 0.002}}}).json()
     resolved = job["spec"]["resolved"]
@@ -271,8 +273,8 @@ def test_the_worker_trains_the_configuration_resolved_at_submit(api: API) -> Non
     assert r.status_code == 422  # a client cannot hand in its own "resolved" config
 
 
-def test_grids_are_bounded_before_they_are_planned(api: API) -> None:
-    base, token, _ = api
+def test_grids_are_bounded_before_they_are_planned(shared_api: API) -> None:
+    base, token, _ = shared_api
     big = grid(seeds=list(range(100)), params={f"p{k}.x": list(range(100)) for k in range(10)})
     start = time.monotonic()
     r = httpx.post(f"{base}/v1/experiments", headers=h(token), json=big, timeout=30)
@@ -304,16 +306,16 @@ def test_grids_are_bounded_before_they_are_planned(api: API) -> None:
         ("/v1/jobs/000000000000/events?interval=nan", 404),
     ],
 )
-def test_odd_ids_and_queries(api: API, path: str, status: int) -> None:
-    base, token, _ = api
+def test_odd_ids_and_queries(shared_api: API, path: str, status: int) -> None:
+    base, token, _ = shared_api
     r = httpx.get(f"{base}{path}", headers=h(token))
     assert r.status_code == status, r.text
     assert isinstance(r.json()["detail"], str)
 
 
 @pytest.mark.parametrize("interval", ["nan", "inf", "-1", "0", "1e999", "61"])
-def test_event_interval_is_finite_and_bounded(api: API, interval: str) -> None:
-    base, token, _ = api
+def test_event_interval_is_finite_and_bounded(shared_api: API, interval: str) -> None:
+    base, token, _ = shared_api
     job = train(base, token, {"spec": {"config": TINY}}).json()
     r = httpx.get(f"{base}/v1/jobs/{job['id']}/events?interval={interval}", headers=h(token))
     assert r.status_code == 422 and "interval" in r.text
@@ -323,16 +325,16 @@ def test_event_interval_is_finite_and_bounded(api: API, interval: str) -> None:
     "header",
     ["Bearer", "Bearer \u00ff\u00fe", "Basic dXNlcjpwdw==", "Bearer " + "x" * 4000, "bearer  x"],
 )
-def test_odd_authorization_headers(api: API, header: str) -> None:
-    base, token, _ = api
+def test_odd_authorization_headers(shared_api: API, header: str) -> None:
+    base, token, _ = shared_api
     r = httpx.get(f"{base}/v1/jobs", headers={"Authorization": header.encode("latin-1")})
     assert r.status_code in (401, 403), r.text
     still_serves(base, token)
 
 
-def test_a_diverged_loss_does_not_break_the_views(api: API) -> None:
+def test_a_diverged_loss_does_not_break_the_views(shared_api: API) -> None:
     """NaN in stored progress or metrics comes back as null, not as a 500."""
-    base, token, env = api
+    base, token, env = shared_api
     job = train(base, token, {"spec": {"config": TINY}}).json()
     env.store().set_progress(job["id"], {"loss": float("nan"), "update": 3})
     folder = Path(job["out_dir"])
@@ -347,8 +349,8 @@ def test_a_diverged_loss_does_not_break_the_views(api: API) -> None:
 
 
 # ------------------------------------------------------------------ users
-def test_users_see_and_cancel_only_their_own_jobs(api: API) -> None:
-    base, alice, env = api
+def test_users_see_and_cancel_only_their_own_jobs(shared_api: API) -> None:
+    base, alice, env = shared_api
     bob = env.cli("token", "create", "bob").stdout.strip()
     root = env.cli("token", "create", "root", "--admin").stdout.strip()
     job = train(base, alice, {"name": "private", "spec": {"config": TINY}}).json()
@@ -384,8 +386,8 @@ def test_users_see_and_cancel_only_their_own_jobs(api: API) -> None:
 
 
 # ------------------------------------------------------------------ connections and the loop
-def test_stalled_requests_are_closed(api: API) -> None:
-    base, token, _ = api
+def test_stalled_requests_are_closed(shared_api: API) -> None:
+    base, token, _ = shared_api
     head = (
         f"POST /v1/jobs/train HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
         "content-type: application/json\r\ncontent-length: 500\r\n\r\n"
@@ -397,10 +399,10 @@ def test_stalled_requests_are_closed(api: API) -> None:
     still_serves(base, token)
 
 
-def test_a_locked_store_does_not_stall_other_routes(api: API) -> None:
+def test_a_locked_store_does_not_stall_other_routes(shared_api: API) -> None:
     """While the jobs table is locked, an event stream waits for it in a thread; the event loop
     keeps answering (``/v1/health`` in milliseconds, not seconds)."""
-    base, token, env = api
+    base, token, env = shared_api
     job = train(base, token, {"spec": {"config": TINY}}).json()
     db = sqlite3.connect(env.home / "jobs.sqlite", timeout=1, isolation_level=None)
     streams: list[int] = []

@@ -88,6 +88,7 @@ def serve_parser(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8001,
     log_level: Annotated[str, typer.Option()] = "info",
+    access_log: Annotated[bool, typer.Option(help="log every request")] = True,
 ) -> None:
     """Run the parser REST API (settings from PARSER_* environment variables)."""
     from synattn_parser.settings import get_settings
@@ -102,6 +103,7 @@ def serve_parser(
         header_timeout=s.header_timeout_s,
         body_timeout=s.body_timeout_s,
         log_level=log_level,
+        access_log=access_log,
         timeout_graceful_shutdown=10,
     )
 

@@ -1,0 +1,60 @@
+"""The atomic-write helper: old or new content, never a part; no temporary file left behind;
+the folder fsynced after the rename; every writer uses it."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from synattn_shared import atomic
+from synattn_shared.atomic import atomic_path, atomic_write_bytes, atomic_write_text
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_writes_and_replaces(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "f.txt"
+    atomic_write_text(target, "one")
+    atomic_write_bytes(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert [p.name for p in target.parent.iterdir()] == ["f.txt"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "f.txt"
+    atomic_write_text(target, "old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed mid-write")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_file_and_folder_are_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", spy)
+    atomic_write_text(tmp_path / "f.txt", "x")
+    assert any(s.endswith(".tmp") for s in synced)  # the data, before the rename
+    assert synced[-1] == str(tmp_path)  # the folder, after it
+
+
+def test_every_writer_goes_through_the_helper() -> None:
+    """No module renames a temporary file or writes a final file by hand."""
+    hand_made = re.compile(r"os\.replace\(|\.replace\(path\)|\.replace\(out\)|tempfile\.mkstemp")
+    offenders = []
+    for path in (REPO / "shared").rglob("*.py"):
+        offenders += [str(path) for line in path.read_text().splitlines()
+                      if hand_made.search(line) and path.name != "atomic.py"]  # fmt: skip
+    for path in (REPO / "services").rglob("*.py"):
+        offenders += [str(path) for line in path.read_text().splitlines()
+                      if hand_made.search(line)]  # fmt: skip
+    assert offenders == []
