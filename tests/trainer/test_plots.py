@@ -66,3 +66,37 @@ def test_plots_without_logged_values_fail_clearly(m30k: dict[str, Path], tmp_pat
     Trainer(tiny_config(m30k, train={"max_updates": 2}), run, progress=False).train()
     res = synattn("plot", "gates", str(run))
     assert res.returncode == 2 and "no 'gate' values logged" in res.stderr
+
+
+def test_attention_export_holds_every_module_as_applied(
+    m30k: dict[str, Path], tmp_path: Path
+) -> None:
+    """``synattn attention``: one (heads, queries, keys) array per module, the probabilities
+    the model applied; fixed heads export their patterns, not a softmax."""
+    import numpy as np
+
+    from synattn_trainer.patterns import token_patterns
+
+    cfg = tiny_config(
+        m30k,
+        model={"heads": 8},
+        train={"max_updates": 2},
+        attention={"enc_self": [{"name": "fixed", "layers": [0]}]},
+    )
+    run = tmp_path / "fixed"
+    Trainer(cfg, run, progress=False).train()
+    out = tmp_path / "att.npz"
+    res = synattn("attention", "--checkpoint", str(run / "averaged.pt"), "--data",
+                  str(m30k["valid"]), "--row", "2", "--out", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    z = np.load(out)
+    names = {"enc_self.0", "enc_self.1", "dec_self.0", "dec_self.1", "enc_dec.0", "enc_dec.1"}
+    assert names <= set(z.files)
+    n, m = len(z["src_tokens"]), len(z["tgt_tokens"])
+    assert z["enc_self.0"].shape == (8, n, n) and z["enc_dec.1"].shape == (8, m, n)
+    assert z["dec_self.0"].shape == (8, m, m)
+    np.testing.assert_allclose(z["enc_self.0"][:7], token_patterns(n)[:7], atol=1e-6)
+    np.testing.assert_allclose(z["enc_dec.0"].sum(-1), 1, atol=1e-4)
+    bad = synattn("attention", "--checkpoint", str(tmp_path / "nope.pt"), "--data",
+                  str(m30k["valid"]), "--out", str(tmp_path / "x.npz"))  # fmt: skip
+    assert bad.returncode == 2 and "no such checkpoint" in bad.stderr

@@ -312,3 +312,74 @@ def test_syntax_switched_off_is_vanilla(name, m30k, corpus_and_tok) -> None:  # 
     out = model(batch.src, batch.tgt_in, batch.syntax)
     ref = plain(batch.src, batch.tgt_in)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def _registered() -> list[str]:
+    from synattn_trainer.variants import REGISTRY
+
+    return sorted(n for n in REGISTRY if not n.startswith("test-"))
+
+
+@pytest.mark.parametrize("name", _registered())
+def test_analysis_reads_what_the_model_applied(name, m30k, corpus_and_tok) -> None:  # type: ignore[no-untyped-def]
+    """The probabilities contract, over the registry itself: switching analysis on never
+    changes the output, and every attention module exports probabilities of the right shape
+    that are distributions over the real keys (pruned heads: all zero)."""
+    corpus, tok = corpus_and_tok
+    cfg = tiny_config(
+        m30k,
+        model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8},
+        attention={"enc_self": [{"name": name, "layers": [0]}]},
+    )
+    torch.manual_seed(0)
+    model = Transformer(cfg, tok.get_vocab_size()).eval()
+    batch = make_batch(corpus, [0, 1, 2], model.syntax_features(), model.feature_options())
+    with torch.no_grad():
+        plain = model(batch.src, batch.tgt_in, batch.syntax)
+        modules = model.attention_modules()
+        for _, _, m in modules:
+            m.keep_probs = True
+        analysed = model(batch.src, batch.tgt_in, batch.syntax)
+    assert torch.equal(plain, analysed), f"{name}: analysis changed the output"
+    src_real = batch.src.ne(0)
+    for kind, layer, m in modules:
+        p = m.last_probs
+        assert p is not None, (kind, layer)
+        keys = batch.src.shape[1] if kind != "dec_self" else batch.tgt_in.shape[1]
+        queries = batch.src.shape[1] if kind == "enc_self" else batch.tgt_in.shape[1]
+        assert p.shape == (3, m.h, queries, keys), (kind, layer, p.shape)
+        if kind == "enc_self":
+            rows = p.float().sum(-1)[src_real[:, None, :].expand(-1, m.h, -1)]
+            assert torch.all((rows - 1).abs() < 1e-4), (name, kind, layer)
+            pad_keys = p[~src_real[:, None, None, :].expand_as(p)]
+            assert torch.all(pad_keys == 0), (name, "attends padding")
+
+
+@pytest.mark.parametrize("word_based", [False, True])
+def test_exported_fixed_heads_are_their_patterns(word_based, m30k, corpus_and_tok) -> None:  # type: ignore[no-untyped-def]
+    """Rows of a fixed head are its pattern, whatever the sentence's words (seed 001)."""
+    from synattn_trainer.patterns import token_patterns
+
+    corpus, tok = corpus_and_tok
+    cfg = tiny_config(
+        m30k,
+        model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8},
+        attention={"enc_self": [{"name": "fixed", "options": {"word_based": word_based}}]},
+    )
+    torch.manual_seed(0)
+    model = Transformer(cfg, tok.get_vocab_size()).eval()
+    batch = make_batch(corpus, [5], model.syntax_features(), model.feature_options())
+    module = model.encoder[0].self_attn
+    module.keep_probs = True
+    with torch.no_grad():
+        model.encode(batch.src, batch.syntax)
+        first = module.last_probs[0, :7].clone()
+        other = batch.src.clone()
+        other[0, :-1] = torch.randint(5, tok.get_vocab_size(), (other.shape[1] - 1,))
+        model.encode(other, batch.syntax)
+        second = module.last_probs[0, :7]
+    assert torch.equal(first, second)  # the words do not matter, only positions (and words ids)
+    if not word_based:
+        n = batch.src.shape[1]
+        expected = torch.tensor(np.array(token_patterns(n)[:7]), dtype=first.dtype)
+        torch.testing.assert_close(first, expected)

@@ -244,6 +244,24 @@ def plot_attention(
     console.print(str(path))
 
 
+def attention(
+    checkpoint: Annotated[Path, typer.Option(help="checkpoint or averaged.pt")],
+    data: Annotated[Path, typer.Option(help="parsed shard directory")],
+    out: Annotated[Path, typer.Option(help=".npz to write")],
+    row: Annotated[int, typer.Option(min=0)] = 0,
+) -> None:
+    """The attention probabilities the model applied to one sentence (eval mode, teacher
+    forced): one array per module, ``enc_self.0``, ``dec_self.0``, ``enc_dec.0``, ... of shape
+    (heads, queries, keys) over subword positions."""
+    from synattn_trainer.inference import attention_npz
+
+    try:
+        path = attention_npz(checkpoint, data, row, out)
+    except (FileNotFoundError, ValueError, IndexError) as exc:
+        raise fail(str(exc)) from None
+    console.print(str(path))
+
+
 def analyze(
     checkpoint: Annotated[Path, typer.Argument(help="checkpoint or averaged.pt")],
     dev: Annotated[Path, typer.Option(help="parsed dev split (importance, confidence)")],
@@ -278,6 +296,7 @@ def register(app: typer.Typer) -> None:
     app.command("evaluate")(evaluate)
     app.command("score")(score)
     app.command("analyze")(analyze)
+    app.command("attention")(attention)
     plot_app = typer.Typer(help="Analysis figures (PNG).", no_args_is_help=True)
     plot_app.command("gates")(plot_gates)
     plot_app.command("labels")(plot_labels)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from synattn_trainer.data import load_corpus, make_batch
@@ -62,29 +63,63 @@ def score_split(checkpoint: Path, data: Path) -> list[float]:
     return out
 
 
-def attention_of(checkpoint: Path, data: Path, row: int, kind: str, layer: int, out: Path) -> Path:
-    """PNG of every head's attention in one module for one sentence (teacher forcing)."""
-    from synattn_trainer.plots import attention_pngs
-
+def applied_attention(
+    checkpoint: Path, data: Path, row: int
+) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
+    """The attention probabilities the model applied to one sentence, in eval mode, teacher
+    forced on its target: ``{"enc_self.0": [H, Tq, Tk], "dec_self.0": ..., "enc_dec.0": ...}``
+    over subword positions, with the source and target tokens. Every analysis figure reads
+    this (never a recomputed softmax: a variant that replaces attention reports its own)."""
     if not checkpoint.is_file():
         raise FileNotFoundError(f"{checkpoint}: no such checkpoint")
     model, cfg = load_model(checkpoint)
+    model.eval()
     tok = load_tokenizer(cfg.data.tokenizer)
     corpus = load_corpus(data, tok, require_tgt=False)
     if not 0 <= row < len(corpus):
         raise IndexError(f"row {row} is outside 0..{len(corpus) - 1}")
-    modules = {(k, i): m for k, i, m in model.attention_modules()}
-    if (kind, layer) not in modules:
-        raise ValueError(f"no {kind} layer {layer}; the model has {sorted(modules)}")
-    module = modules[(kind, layer)]
-    module.keep_probs = True
+    modules = model.attention_modules()
     b = make_batch(corpus, [row], model.syntax_features(), model.feature_options())
-    with torch.no_grad():
-        model(b.src, b.tgt_in, b.syntax)
-    assert module.last_probs is not None
+    try:
+        for _, _, m in modules:
+            m.keep_probs = True
+        with torch.no_grad():
+            model(b.src, b.tgt_in, b.syntax)
+        arrays = {}
+        for kind, layer, m in modules:
+            assert m.last_probs is not None
+            arrays[f"{kind}.{layer}"] = m.last_probs[0].float().cpu().numpy()
+    finally:
+        for _, _, m in modules:
+            m.keep_probs, m.last_probs = False, None
     src = [tok.id_to_token(int(t)) for t in b.src[0]]
     tgt = [tok.id_to_token(int(t)) for t in b.tgt_in[0]]
+    return arrays, src, tgt
+
+
+def attention_npz(checkpoint: Path, data: Path, row: int, out: Path) -> Path:
+    """``synattn attention``: every module's applied probabilities for one sentence, as .npz
+    (plus ``src_tokens`` and ``tgt_tokens``)."""
+    from synattn_shared.atomic import atomic_write_with
+
+    arrays, src, tgt = applied_attention(checkpoint, data, row)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, **arrays, src_tokens=np.array(src), tgt_tokens=np.array(tgt))
+
+    atomic_write_with(out, write)
+    return out
+
+
+def attention_of(checkpoint: Path, data: Path, row: int, kind: str, layer: int, out: Path) -> Path:
+    """PNG of every head's attention in one module for one sentence (teacher forcing)."""
+    from synattn_trainer.plots import attention_pngs
+
+    arrays, src, tgt = applied_attention(checkpoint, data, row)
+    name = f"{kind}.{layer}"
+    if name not in arrays:
+        raise ValueError(f"no {kind} layer {layer}; the model has {sorted(arrays)}")
     queries = src if kind == "enc_self" else tgt
     keys = tgt if kind == "dec_self" else src
-    probs = module.last_probs[0].numpy()
-    return attention_pngs(probs, queries, keys, f"{kind} layer {layer}, row {row}", out)
+    return attention_pngs(arrays[name], queries, keys, f"{kind} layer {layer}, row {row}", out)

@@ -61,6 +61,13 @@ class MultiHeadAttention(nn.Module):
         self.gate_offset = 0  # this module's first global head index g (METHODS-heads §0)
         self.gates: Tensor | None = None  # [B|1, G] head gates xi (HeadMask, ablation, importance)
 
+    def _probs(self, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+        """Explicit softmax probabilities ``[B, H, Tq, Tk]`` of the default path."""
+        logits = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)
+        if mask is not None:
+            logits = logits + mask
+        return torch.softmax(logits.float(), dim=-1).to(q.dtype)
+
     def _split(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
         return x.view(b, t, self.h, self.d_head).transpose(1, 2)
@@ -94,14 +101,20 @@ class MultiHeadAttention(nn.Module):
         ctx.dropout = p_drop
         bias = self.variant.logit_bias(q, k, ctx)
         mask = combine_masks(ctx.key_padding, self.causal, bias, q.shape[2], k.shape[2], x.device)
-        replaced = None if self.keep_probs else self.variant.attend(q, k, v, mask, ctx)
+        # analysis never changes the path: the same computation runs, and reports what it did
+        ctx.keep_probs, ctx.probs = self.keep_probs, None
+        replaced = self.variant.attend(q, k, v, mask, ctx)
         if replaced is not None:
             heads = replaced
-        elif self.keep_probs or self.variant.needs_probs(ctx):
-            logits = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)
-            if mask is not None:
-                logits = logits + mask
-            probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
+            if self.keep_probs:
+                if ctx.probs is None:
+                    raise RuntimeError(
+                        f"variant {type(self.variant).__name__} replaced attention without "
+                        "reporting its probabilities (ctx.report)"
+                    )
+                self.last_probs = ctx.probs
+        elif self.variant.needs_probs(ctx):
+            probs = self._probs(q, k, mask)
             self.variant.observe(probs, ctx)
             if self.keep_probs:
                 self.last_probs = probs.detach()
@@ -112,6 +125,8 @@ class MultiHeadAttention(nn.Module):
                 # for float64 queries with a float32 mask at T >= 16 (a test pins this)
                 mask = mask.to(q.dtype)
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
+            if self.keep_probs:  # exported beside the fused kernel, which still makes the output
+                self.last_probs = self._probs(q, k, mask).detach()
         heads = self.variant.head_outputs(heads, ctx)
         if self.gates is not None:
             xi = self.gates[:, self.gate_offset : self.gate_offset + self.h]

@@ -7,7 +7,9 @@ attention calls its hooks in this order; each default is vanilla behaviour:
 2. ``needs_probs`` (e) whether this call must materialise the probabilities (else fused SDPA);
 3. ``observe``     (e) sees the probabilities when they exist (analysis, auxiliary losses);
    ``attend``      (b) may replace the whole attention computation (two attentions mixed, a
-                   value term, a gate from the layer input); None keeps the default path;
+                   value term, a gate from the layer input); None keeps the default path.
+                   A variant that replaces it calls ``ctx.report(probs)`` with the
+                   probabilities it applied: analysis reads those, never a recomputation;
 4. ``head_outputs``(b) replaces or gates the per-head outputs;
 5. ``aggregate``   (c) replaces the output projection (head aggregation);
 6. ``aux_loss``    (d) an auxiliary loss added to the training loss (collected after forward).
@@ -49,6 +51,14 @@ class AttnContext:
     state: dict[str, int] = field(default_factory=dict)
     layer_input: Tensor | None = None  # [B, Tq, D], set by the attention before the hooks
     dropout: float = 0.0  # attention dropout rate of this call (0 in eval)
+    keep_probs: bool = False  # analysis asks: a replacing ``attend`` reports what it applied
+    probs: Tensor | None = None  # [B, H, Tq, Tk] the probabilities ``attend`` applied
+
+    def report(self, probs: Tensor) -> None:
+        """Called by ``attend``: these are the attention probabilities it applied (before
+        dropout). Kept only when analysis asked, so training pays nothing."""
+        if self.keep_probs:
+            self.probs = probs.detach()
 
 
 class AttentionVariant(nn.Module):

@@ -56,10 +56,12 @@ class Fixed(AttentionVariant):
         drop = ctx.dropout if self.config.dropout_on_fixed else 0.0
         fixed = F.dropout(p, drop, drop > 0) @ v[:, :f]
         if f == self.heads:
+            ctx.report(p)
             return fixed
-        learned = apply(
-            softmax(logits_of(q[:, f:], k[:, f:], mask)), v[:, f:], ctx.dropout, ctx.dropout > 0
-        )
+        learned_p = softmax(logits_of(q[:, f:], k[:, f:], mask))
+        if ctx.keep_probs:
+            ctx.report(torch.cat([p.to(learned_p.dtype), learned_p], 1))
+        learned = apply(learned_p, v[:, f:], ctx.dropout, ctx.dropout > 0)
         return torch.cat([fixed, learned], 1)
 
     def head_outputs(self, heads: Tensor, ctx: AttnContext) -> Tensor:

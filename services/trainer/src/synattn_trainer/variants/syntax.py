@@ -143,6 +143,7 @@ class RelPos(AttentionVariant):
         if self.rel.value is None:
             return None  # key term only: a bias, fused kernel
         probs = softmax(logits_of(q, k, mask))
+        ctx.report(probs)
         dropped = F.dropout(probs, ctx.dropout, ctx.dropout > 0)
         out = dropped.to(v.dtype) @ v
         term = self.rel.value_term(dropped)
@@ -244,6 +245,7 @@ class Slr(AttentionVariant):
         g = self.gate_values(ctx)
         self.last_gate = g.detach()
         probs = raw + g[:, :, None, None] * (syn - raw)
+        ctx.report(probs)
         return apply(probs, v, ctx.dropout, ctx.dropout > 0)
 
     def stats(self) -> dict[str, float]:
@@ -335,13 +337,16 @@ class Rhe(AttentionVariant):
         keep = important[:, :, None, None]
         out = self._values(plain, v, ctx)
         if self.config.mode == "prune":
+            ctx.report(torch.where(keep, plain, torch.zeros_like(plain)))
             return torch.where(keep, out, torch.zeros_like(out))
         sea = (
             ctx.syntax["dea_bias"][:, None]
             if self.phrasal is None
             else self.phrasal(ctx.syntax["rp"])
         )
-        enlivened = self._values(softmax(x + sea), v, ctx)
+        lively = softmax(x + sea)
+        ctx.report(torch.where(keep, plain, lively))
+        enlivened = self._values(lively, v, ctx)
         return torch.where(keep, out, enlivened)
 
     def _values(self, probs: Tensor, v: Tensor, ctx: AttnContext) -> Tensor:
@@ -423,7 +428,9 @@ class Pascal(AttentionVariant):
         scaled = torch.where(sel, x * n, x) if sel is not None else x * n
         if mask is not None:
             scaled = scaled + mask
-        return apply(softmax(scaled), v, ctx.dropout, ctx.dropout > 0)
+        probs = softmax(scaled)
+        ctx.report(probs)
+        return apply(probs, v, ctx.dropout, ctx.dropout > 0)
 
 
 @register("sla", SlaConfig)
@@ -453,11 +460,13 @@ class Sla(AttentionVariant):
         local_bias = torch.zeros_like(ctx.syntax["sla_keep"], dtype=x.dtype).masked_fill(
             ~ctx.syntax["sla_keep"], -math.inf
         )
-        local = apply(softmax(x + local_bias[:, None]), v, ctx.dropout, ctx.dropout > 0)
-        glob = apply(softmax(x), v, ctx.dropout, ctx.dropout > 0)
+        local_p, glob_p = softmax(x + local_bias[:, None]), softmax(x)
+        local = apply(local_p, v, ctx.dropout, ctx.dropout > 0)
+        glob = apply(glob_p, v, ctx.dropout, ctx.dropout > 0)
         g = torch.sigmoid(self.gate(ctx.layer_input))  # [B, T, 1|H]
         self.last_gate = g.detach()
         g = g.transpose(1, 2)[..., None]  # [B, 1|H, T, 1]
+        ctx.report(glob_p + g.to(glob_p.dtype) * (local_p - glob_p))  # the mix, as applied
         return glob + g * (local - glob)
 
     def stats(self) -> dict[str, float]:
