@@ -19,14 +19,21 @@ from synattn_trainer.train import Trainer
 from tests.trainer.conftest import tiny_config
 
 
-def test_chain_rule_toy() -> None:
-    att = torch.tensor([[1.0, 2.0], [0.0, -1.0]])
-    g = torch.tensor([[0.5, -1.0], [2.0, 0.25]])
-    c = g - att
-    xi = torch.ones((), requires_grad=True)
-    loss = (c * (xi * att)).sum() + 0.5 * (xi * att).pow(2).sum()
-    (grad,) = torch.autograd.grad(loss, [xi])
-    assert grad.item() == pytest.approx(-1.75)
+def test_importance_is_per_sentence_and_absolute(m30k) -> None:  # type: ignore[no-untyped-def]
+    """§2.2: row b of one batched backward is sentence b's own |dL/dxi| (sentences do not
+    interact), and the absolute value is taken per sentence, not after summing."""
+    tok = load_tokenizer(m30k["tokenizer"])
+    corpus = load_corpus(m30k["valid"], tok)
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(m30k), tok.get_vocab_size()).eval()
+    batch = make_batch(corpus, [0, 1, 2])
+    signed = headmask.sentence_importance(model, batch, absolute=False)
+    assert signed.shape == (3, model.num_heads)
+    for row in range(3):
+        alone = headmask.sentence_importance(model, make_batch(corpus, [row]), absolute=False)
+        torch.testing.assert_close(signed[row], alone[0], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(headmask.sentence_importance(model, batch), signed.abs())
+    assert (signed < 0).any() and (signed > 0).any()  # so the per-sentence abs matters
 
 
 def test_normalisation_selection_groups_and_statistics() -> None:
@@ -50,7 +57,6 @@ def test_normalisation_selection_groups_and_statistics() -> None:
     ]
     assert sched["ascending"][1:4] == [[5, 13], [1, 5, 8, 13], [1, 3, 5, 8, 13, 15]]
     assert sched["descending"][0] == [] and len(sched["descending"][8]) == 16
-    assert np.var([1, 2, 3, 4]) == 1.25  # population variance is what analysis reports
     a = headmask.random_heads(72, 9, seed=1, update=5, micro=0)
     assert a == headmask.random_heads(72, 9, seed=1, update=5, micro=0) and len(set(a)) == 9
     assert a != headmask.random_heads(72, 9, seed=1, update=6, micro=0)
@@ -121,6 +127,9 @@ def test_analyze_cli_writes_json_and_figures(m30k, tmp_path) -> None:  # type: i
     g = len(result["heads"])
     assert g == 2 * 4 * 3 and result["heads"][0] == "enc_self.0.0"
     assert len(result["importance"]) == g and all(x >= 0 for x in result["importance"])
+    imp = np.array(result["importance"])  # population variance (ddof 0), as §5 reports it
+    assert result["importance_variance"] == pytest.approx(imp.var())
+    assert result["importance_variance"] != pytest.approx(imp.var(ddof=1))
     assert all(0 < c <= 1 for c in result["confidence"])
     curves = result["masking_curves"]
     assert len(curves["descending"]) == 5 and curves["descending"][0] == curves["ascending"][0]

@@ -306,9 +306,7 @@ def test_syntax_switched_off_is_vanilla(name, m30k, corpus_and_tok) -> None:  # 
     finally:
         for row in corpus.rows[:3]:
             row["has_syntax"] = True
-    if name == "rhe":
-        # with syntax off DEA is all-keep, so enlivened heads equal plain heads
-        pass
+    # rhe: with syntax off DEA keeps every key, so enlivened heads equal plain heads
     out = model(batch.src, batch.tgt_in, batch.syntax)
     ref = plain(batch.src, batch.tgt_in)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
