@@ -118,7 +118,7 @@ def main() -> None:
             # several bench processes (one thread each) may share the runs: one trains a variant
             fcntl.flock(lock, fcntl.LOCK_EX)
             trainer = Trainer(cfg, run, progress=False)
-            test = load_corpus(data["test"], trainer.tok)
+            test = load_corpus(data["test"], trainer.tok, source_eos=trainer.cfg.data.source_eos)
             if (run / "test.de").is_file():  # finished earlier: reuse its translation
                 hyps = (run / "test.de").read_text(encoding="utf-8").splitlines()
             else:

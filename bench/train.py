@@ -137,7 +137,7 @@ def main() -> None:
     minutes = (time.perf_counter() - t0) / 60
     model, _ = load_model(result.averaged or result.checkpoint)  # type: ignore[arg-type]
     trainer.model.load_state_dict(model.state_dict())
-    test = load_corpus(data["test"], trainer.tok)
+    test = load_corpus(data["test"], trainer.tok, source_eos=trainer.cfg.data.source_eos)
     hyps = trainer.translate(test)
     (run / "test.de").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     bleu = corpus_bleu(hyps, test.refs)

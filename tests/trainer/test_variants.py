@@ -381,3 +381,55 @@ def test_exported_fixed_heads_are_their_patterns(word_based, m30k, corpus_and_to
         n = batch.src.shape[1]
         expected = torch.tensor(np.array(token_patterns(n)[:7]), dtype=first.dtype)
         torch.testing.assert_close(first, expected)
+
+
+def test_lisa_loss_skips_rows_without_syntax(m30k, corpus_and_tok) -> None:  # type: ignore[no-untyped-def]
+    """A row with ``has_syntax`` False adds nothing to LISA's loss (and needs no parse)."""
+    corpus, tok = corpus_and_tok
+    cfg = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0},
+                      attention={"enc_self": [{"name": "lisa", "layers": [0]}]})  # fmt: skip
+    torch.manual_seed(0)
+    model = Transformer(cfg, tok.get_vocab_size()).train()
+    feats_ = model.syntax_features()
+
+    def loss_of(index: list[int]) -> float:
+        b = make_batch(corpus, index, feats_, model.feature_options())
+        model(b.src, b.tgt_in, b.syntax)
+        aux = model.aux_loss()
+        return 0.0 if aux is None else float(aux.detach())
+
+    alone = loss_of([0])
+    saved = corpus.rows[1]["has_syntax"], corpus.rows[1]["dep_head"]
+    corpus.rows[1]["has_syntax"], corpus.rows[1]["dep_head"] = False, None
+    try:
+        together = loss_of([0, 1])
+    finally:
+        corpus.rows[1]["has_syntax"], corpus.rows[1]["dep_head"] = saved
+    assert alone > 0 and together == pytest.approx(alone, rel=1e-5)
+    assert loss_of([0, 1]) > alone  # with its parse back, row 1 counts again
+
+
+def test_source_without_eos(m30k) -> None:  # type: ignore[no-untyped-def]
+    """``data.source_eos: false`` (seeds 000/001): no ``</s>`` on the source, every subword
+    belongs to a word, and fixed patterns end on the last real token."""
+    from synattn_trainer.patterns import token_patterns
+
+    tok = load_tokenizer(m30k["tokenizer"])
+    with_eos = load_corpus(m30k["valid"], tok)
+    without = load_corpus(m30k["valid"], tok, source_eos=False)
+    assert [len(s) for s in without.src] == [len(s) - 1 for s in with_eos.src]
+    assert all((s2w >= 0).all() for s2w in without.s2w)
+    assert not any((s == 2).any() for s in without.src)
+    cfg = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8},
+                      attention={"enc_self": [{"name": "fixed", "layers": [0]}]})  # fmt: skip
+    cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"source_eos": False})})
+    torch.manual_seed(0)
+    model = Transformer(cfg, tok.get_vocab_size()).eval()
+    b = make_batch(without, [4], model.syntax_features(), model.feature_options())
+    module = model.encoder[0].self_attn
+    module.keep_probs = True
+    with torch.no_grad():
+        model.encode(b.src, b.syntax)
+    n = b.src.shape[1]
+    expected = torch.tensor(np.array(token_patterns(n)[:7]), dtype=module.last_probs.dtype)
+    torch.testing.assert_close(module.last_probs[0, :7], expected)

@@ -106,7 +106,7 @@ def analyze(
 
     model, cfg = load_model(checkpoint)
     tok = load_tokenizer(cfg.data.tokenizer)
-    dev_data = load_corpus(dev, tok)
+    dev_data = load_corpus(dev, tok, source_eos=cfg.data.source_eos)
     imp = importance(model, dev_data)
     sizes = [m.h for _, _, m in sorted(model.attention_modules(), key=lambda x: x[2].gate_offset)]
     imp_norm = headmask.normalise_by_layer(imp, sizes)
@@ -134,7 +134,7 @@ def analyze(
         heatmap_png(modules, rows, f"head {key}", out / f"{key}.png")
     importance_histogram(imp, out / "importance-hist.png")
     if test is not None:
-        test_data = load_corpus(test, tok, limit=test_limit)
+        test_data = load_corpus(test, tok, limit=test_limit, source_eos=cfg.data.source_eos)
         schedule = headmask.masking_schedule(ranked, group_count)
         d = cfg.decode
         curves = {

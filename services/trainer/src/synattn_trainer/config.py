@@ -32,6 +32,11 @@ class DataConfig(Strict):
     max_len: int = Field(
         256, ge=4, le=100_000, description="drop training pairs longer than this (subwords)"
     )
+    source_eos: bool = Field(
+        True,
+        description="append </s> to the source (fairseq, THUMT); seeds 000/001 (OpenNMT) had "
+        "none: their presets set false (DECISIONS.md §1)",
+    )
 
 
 class ModelConfig(Strict):

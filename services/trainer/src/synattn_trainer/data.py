@@ -60,6 +60,7 @@ def load_corpus(
     max_len: int | None = None,
     limit: int | None = None,
     require_tgt: bool = True,
+    source_eos: bool = True,
 ) -> Corpus:
     """Read a parsed split and encode it.
 
@@ -69,6 +70,7 @@ def load_corpus(
         max_len: drop pairs with a longer source or target (training only).
         limit: keep only the first ``limit`` pairs.
         require_tgt: refuse shards without a target side (False: translation input).
+        source_eos: append ``</s>`` to each source (``data.source_eos`` of the config).
 
     Raises:
         ValueError: the shards have no target side.
@@ -83,7 +85,7 @@ def load_corpus(
         rows.append(row)
         if limit is not None and len(rows) >= limit:
             break
-    src_ids, s2w = encode_source(tok, [r["words"] for r in rows])
+    src_ids, s2w = encode_source(tok, [r["words"] for r in rows], eos=source_eos)
     tgt_ids = encode_target(tok, [r["tgt"] for r in rows])
     keep = [
         k
@@ -174,6 +176,8 @@ def _extra_feature(
     if name == "word_ids":  # specials (</s>) are words of their own
         return np.where(s2w >= 0, s2w, s2w.max(initial=-1) + 1 + np.cumsum(s2w < 0) - 1)
     heads = row["dep_head"]
+    if name == "lisa_target" and (heads is None or not row["has_syntax"]):
+        return np.full(len(s2w), -1, dtype=np.int64)  # no parse: no LISA loss on this row
     if heads is None:
         raise ValueError(f"feature {name} needs a dependency parse")
     if name == "lisa_target":

@@ -30,7 +30,7 @@ def translate_split(
     device = _device()
     model, cfg = load_model(checkpoint, device)
     tok = load_tokenizer(tokenizer or cfg.data.tokenizer)
-    corpus = load_corpus(data, tok, require_tgt=False)
+    corpus = load_corpus(data, tok, require_tgt=False, source_eos=cfg.data.source_eos)
     d = cfg.decode
     features = model.syntax_features()
     out: list[str] = []
@@ -52,7 +52,7 @@ def score_split(checkpoint: Path, data: Path) -> list[float]:
     device = _device()
     model, cfg = load_model(checkpoint, device)
     tok = load_tokenizer(cfg.data.tokenizer)
-    corpus = load_corpus(data, tok)
+    corpus = load_corpus(data, tok, source_eos=cfg.data.source_eos)
     features = model.syntax_features()
     out: list[float] = []
     for start in range(0, len(corpus), 64):
@@ -75,7 +75,7 @@ def applied_attention(
     model, cfg = load_model(checkpoint)
     model.eval()
     tok = load_tokenizer(cfg.data.tokenizer)
-    corpus = load_corpus(data, tok, require_tgt=False)
+    corpus = load_corpus(data, tok, require_tgt=False, source_eos=cfg.data.source_eos)
     if not 0 <= row < len(corpus):
         raise IndexError(f"row {row} is outside 0..{len(corpus) - 1}")
     modules = model.attention_modules()

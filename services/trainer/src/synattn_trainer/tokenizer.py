@@ -39,14 +39,16 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 
 
 def encode_source(
-    tok: Tokenizer, sentences: Sequence[Sequence[str]]
+    tok: Tokenizer, sentences: Sequence[Sequence[str]], eos: bool = True
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Subword ids of pretokenised sentences plus ``</s>``; each subword's word (-1: ``</s>``)."""
+    """Subword ids of pretokenised sentences, plus ``</s>`` unless ``eos`` is False (seeds 000
+    and 001 trained without one, DECISIONS.md §1); each subword's word (-1: ``</s>``)."""
     encs = tok.encode_batch(
         [list(s) for s in sentences], is_pretokenized=True, add_special_tokens=False
     )
-    ids = [[*e.ids, EOS_ID] for e in encs]
-    s2w = [[-1 if w is None else w for w in e.word_ids] + [-1] for e in encs]
+    tail = [EOS_ID] if eos else []
+    ids = [[*e.ids, *tail] for e in encs]
+    s2w = [[-1 if w is None else w for w in e.word_ids] + [-1] * len(tail) for e in encs]
     return ids, s2w
 
 

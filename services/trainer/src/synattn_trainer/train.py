@@ -134,8 +134,11 @@ class Trainer:
         self.progress = progress and self.rank == 0
         ck.seed_everything(cfg.train.seed)
         self.tok = load_tokenizer(cfg.data.tokenizer)
-        self.train_data = load_corpus(cfg.data.train, self.tok, cfg.data.max_len, limit)
-        self.valid_data = load_corpus(cfg.data.valid, self.tok)
+        eos = cfg.data.source_eos
+        self.train_data = load_corpus(
+            cfg.data.train, self.tok, cfg.data.max_len, limit, source_eos=eos
+        )
+        self.valid_data = load_corpus(cfg.data.valid, self.tok, source_eos=eos)
         self.model = Transformer(cfg, self.tok.get_vocab_size()).to(device)
         self.features = self.model.syntax_features()
         self.feature_opts = self.model.feature_options()

@@ -380,12 +380,13 @@ class Lisa(AttentionVariant):
 
     def observe(self, probs: Tensor, ctx: AttnContext) -> None:
         a = probs[:, self.config.head].float()  # [B, T, T]
-        target = ctx.syntax["lisa_target"].long()
+        given = ctx.syntax["lisa_target"].long()  # -1: the row has no parse
         real = (
-            torch.ones_like(target, dtype=torch.bool)
+            torch.ones_like(given, dtype=torch.bool)
             if ctx.query_padding is None
             else ~ctx.query_padding
-        )
+        ) & given.ge(0)
+        target = given.clamp(min=0)
         if self.config.loss == "l2":
             onehot = F.one_hot(target, a.shape[-1]).float()
             per_row = ((a - onehot) ** 2).sum(-1)
