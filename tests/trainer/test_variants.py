@@ -236,8 +236,8 @@ def test_lisa_l2_loss_on_a_tiny_input() -> None:
 
 
 VARIANTS = [
-    ("dea", {}), ("lpea", {"k": 3}), ("rhe", {}), ("rhe", {"sea": "lpea", "base": "rel_pos"}),
-    ("rhe", {"base": "localness"}), ("rhe", {"mode": "prune"}), ("slr", {"mode": "pure"}),
+    ("dea", {}), ("lpea", {"k": 3}), ("rhe", {}), ("rhe", {"sea": "lpea"}),
+    ("rhe", {"mode": "prune"}), ("slr", {"mode": "pure", "heads": [0, 1]}),
     ("slr", {"mode": "avg", "ignore_p": 0.2}), ("slr", {"mode": "gated"}), ("rel_pos", {"k": 4}),
     ("localness", {}), ("lisa", {}), ("pascal", {}), ("sla", {"m": 1}),
 ]  # fmt: skip

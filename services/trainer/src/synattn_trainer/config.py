@@ -76,11 +76,22 @@ class ModelConfig(Strict):
 
 
 class VariantSpec(Strict):
-    """One variant applied to some layers of one attention type."""
+    """One variant applied to some layers of one attention type.
+
+    ``layers``: indices, ``all``, or ``lower_half`` (layers ``0 .. ceil(L/2) - 1`` of its
+    stack: Yang et al.'s localness on the lower layers, scaled to any depth)."""
 
     name: str = "vanilla"
-    layers: list[int] | Literal["all"] = "all"
+    layers: list[int] | Literal["all", "lower_half"] = "all"
     options: dict[str, Any] = Field(default_factory=dict)
+
+    def covers(self, layer: int, depth: int) -> bool:
+        """Whether this spec applies to ``layer`` of a stack of ``depth`` layers."""
+        if self.layers == "all":
+            return True
+        if self.layers == "lower_half":
+            return layer < (depth + 1) // 2
+        return layer in self.layers
 
 
 class OptimConfig(Strict):
@@ -146,34 +157,34 @@ class TrainConfig(Strict):
     def _variants_fit(self) -> TrainConfig:
         """Every variant names a layer that exists and options that can run there (the same
         check the trainer makes, done without torch so the job API can make it at submit)."""
-        from synattn_trainer.variant_options import variant_options
+        from synattn_trainer.variant_options import check_composition, variant_options
 
         for kind, specs in self.attention.items():
             depth = self.model.enc_layers if kind == "enc_self" else self.model.dec_layers
             view = self.model.encoder_view() if kind == "enc_self" else self.model
             for spec in specs:
-                bad = (
-                    [x for x in spec.layers if not 0 <= x < depth] if spec.layers != "all" else []
-                )
+                layers = spec.layers if isinstance(spec.layers, list) else []
+                bad = [x for x in layers if not 0 <= x < depth]
                 if bad:
                     raise ValueError(
                         f"attention.{kind}: variant {spec.name!r} names layers {bad}; "
                         f"this model has layers 0..{depth - 1}"
                     )
                 variant_options(spec, view, kind)
+            for layer in range(depth):
+                check_composition(self.variants_for(kind, layer), view, kind, layer)
         m = self.model
         total = m.enc_layers * (m.enc_heads or m.heads) + 2 * m.dec_layers * m.heads
         if self.headmask.n is not None and self.headmask.n > total:
             raise ValueError(f"headmask.n {self.headmask.n}: the model has {total} heads")
         return self
 
-    def variant_for(self, kind: AttentionType, layer: int) -> VariantSpec:
-        """The variant of layer ``layer`` of attention type ``kind`` (vanilla if none is named)."""
-        chosen = VariantSpec()
-        for spec in self.attention.get(kind, []):
-            if spec.layers == "all" or layer in spec.layers:
-                chosen = spec
-        return chosen
+    def variants_for(self, kind: AttentionType, layer: int) -> list[VariantSpec]:
+        """The variants of layer ``layer`` of attention type ``kind``, in config order (none:
+        vanilla). Their biases add, their auxiliary losses add; at most one replaces the
+        attention and one the aggregation (checked when the config is made)."""
+        depth = self.model.enc_layers if kind == "enc_self" else self.model.dec_layers
+        return [s for s in self.attention.get(kind, []) if s.covers(layer, depth)]
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from synattn_trainer.config import AttentionType, ModelConfig, TrainConfig
 from synattn_trainer.tokenizer import EOS_ID, PAD_ID
-from synattn_trainer.variants import AttentionVariant, AttnContext, build_variant
+from synattn_trainer.variants import AttentionVariant, AttnContext, build_layer_variant
 
 
 def combine_masks(
@@ -103,6 +103,7 @@ class MultiHeadAttention(nn.Module):
         mask = combine_masks(ctx.key_padding, self.causal, bias, q.shape[2], k.shape[2], x.device)
         # analysis never changes the path: the same computation runs, and reports what it did
         ctx.keep_probs, ctx.probs = self.keep_probs, None
+        ctx.value_term = self.variant.values
         replaced = self.variant.attend(q, k, v, mask, ctx)
         if replaced is not None:
             heads = replaced
@@ -118,7 +119,11 @@ class MultiHeadAttention(nn.Module):
             self.variant.observe(probs, ctx)
             if self.keep_probs:
                 self.last_probs = probs.detach()
-            heads = F.dropout(probs, p_drop, self.training) @ v
+            dropped = F.dropout(probs, p_drop, self.training)
+            heads = dropped @ v
+            term = self.variant.values(dropped)
+            if term is not None:
+                heads = heads + term.to(heads.dtype)
         else:
             if mask is not None and mask.dtype != q.dtype:
                 # SDPA wants the mask in the query's dtype: torch 2.13 on CPU gives wrong results
@@ -170,7 +175,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         m = cfg.model
         enc = m.encoder_view()  # the 1L baseline: one head of d_h = d (METHODS-heads §1.4)
-        variant = build_variant(cfg.variant_for("enc_self", layer), enc, "enc_self", layer)
+        variant = build_layer_variant(cfg.variants_for("enc_self", layer), enc, "enc_self", layer)
         self.self_attn = MultiHeadAttention(enc, variant)
         self.ffn = FeedForward(m)
         self.sub1, self.sub2 = Sublayer(m), Sublayer(m)
@@ -184,8 +189,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: TrainConfig, layer: int) -> None:
         super().__init__()
         m = cfg.model
-        self_v = build_variant(cfg.variant_for("dec_self", layer), m, "dec_self", layer)
-        cross_v = build_variant(cfg.variant_for("enc_dec", layer), m, "enc_dec", layer)
+        self_v = build_layer_variant(cfg.variants_for("dec_self", layer), m, "dec_self", layer)
+        cross_v = build_layer_variant(cfg.variants_for("enc_dec", layer), m, "enc_dec", layer)
         self.self_attn = MultiHeadAttention(m, self_v, causal=True)
         self.cross_attn = MultiHeadAttention(m, cross_v)
         self.ffn = FeedForward(m)
@@ -264,7 +269,7 @@ class Transformer(nn.Module):
                     m.gate_offset = offset
                     offset += m.h
         self.num_heads = offset
-        peers = [m.variant for _, _, m in self.attention_modules()]
+        peers = [p for _, _, m in self.attention_modules() for p in m.variant.members()]
         for variant in peers:
             variant.bind(peers)
 

@@ -140,6 +140,7 @@ class Trainer:
         )
         self.valid_data = load_corpus(cfg.data.valid, self.tok, source_eos=eos)
         self.model = Transformer(cfg, self.tok.get_vocab_size()).to(device)
+        self.model.state["max_updates"] = cfg.train.max_updates  # pre-warm-up fractions
         self.features = self.model.syntax_features()
         self.feature_opts = self.model.feature_options()
         self.net: nn.Module = self.model

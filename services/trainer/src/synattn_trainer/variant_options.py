@@ -25,6 +25,12 @@ class VariantConfig(BaseModel):
         """Raise ``ValueError`` when these options cannot run on this attention type and shape
         (``model`` is the view the attention sees: the encoder's own head count included)."""
 
+    def replaces(self) -> frozenset[str]:
+        """What these options take over: ``attention`` (the whole attention computation) and/or
+        ``aggregation`` (the output projection W^O). At most one variant of a layer may take
+        each; biases, masks, observers and auxiliary losses compose freely."""
+        return frozenset()
+
 
 def source_only(kind: AttentionType, name: str) -> None:
     """Variants that read the source parse run in encoder self-attention only."""
@@ -85,25 +91,39 @@ class SlrConfig(VariantConfig):
     mode: Literal["pure", "avg", "gated"] = "gated"
     ignore_p: float = Field(0.0, ge=0, lt=1, description="syntax-ignoring dropout on A_syn")
     prewarm_epochs: int = Field(0, ge=0, le=10_000, description="epochs with the gate frozen")
+    prewarm_fraction: float = Field(
+        0.0, ge=0, le=1, description="the gate frozen for this share of train.max_updates"
+    )
+    heads: Heads = Field(
+        "all", description="heads that take syntax (pure: the log-mask; avg/gated: the mix)"
+    )
 
     def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
         source_only(kind, "slr")
+        check_heads(self.heads, model.heads, "heads")
+
+    def replaces(self) -> frozenset[str]:
+        return frozenset() if self.mode == "pure" else frozenset({"attention"})
 
 
 class RheConfig(VariantConfig):
-    """Redundant heads found per sentence, enlivened with DEA or LPEA, or pruned (§3.2-3.3)."""
+    """Redundant heads found per sentence, enlivened with DEA or LPEA, or pruned (§3.2-3.3).
+
+    RHE on Rel_Pos or Localness is a composition: list ``rel_pos`` or ``localness`` on the same
+    layer, before ``rhe`` (their biases and Rel_Pos's value term reach RHE's attention)."""
 
     sea: Literal["dea", "lpea"] = "dea"
-    base: Literal["vanilla", "rel_pos", "localness"] = "vanilla"
     mode: Literal["enliven", "prune"] = "enliven"
     gate: Literal["dynamic", "fixed"] = "dynamic"
     f_gate: float = Field(0.5, gt=0, le=1)
     k: int = Field(6, ge=0, le=62, description="LPEA clip")
     lp_outside: Literal["clip", "extra_index", "mask"] = "clip"
-    rel_pos_k: int = Field(16, ge=0, le=512)
 
     def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
         source_only(kind, "rhe")
+
+    def replaces(self) -> frozenset[str]:
+        return frozenset({"attention"})
 
 
 class LisaConfig(VariantConfig):
@@ -130,6 +150,9 @@ class PascalConfig(VariantConfig):
         source_only(kind, "pascal")
         check_heads(self.heads, model.heads, "heads")
 
+    def replaces(self) -> frozenset[str]:
+        return frozenset({"attention"})
+
 
 class SlaConfig(VariantConfig):
     """Dependency-distance local mask mixed with global attention by a naive gate (§7.5)."""
@@ -141,6 +164,9 @@ class SlaConfig(VariantConfig):
 
     def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
         source_only(kind, "sla")
+
+    def replaces(self) -> frozenset[str]:
+        return frozenset({"attention"})
 
 
 class FixedConfig(VariantConfig):
@@ -159,6 +185,9 @@ class FixedConfig(VariantConfig):
         if self.fixed > model.heads:
             raise ValueError(f"{self.fixed} fixed heads but the model has {model.heads}")
         check_heads(self.ablate, model.heads, "ablate")
+
+    def replaces(self) -> frozenset[str]:
+        return frozenset({"attention"})
 
 
 class DisagreementConfig(VariantConfig):
@@ -185,6 +214,9 @@ class RoutingConfig(VariantConfig):
             raise ValueError(
                 f"capsule_dim {self.capsule_dim} does not divide d_model {model.d_model}"
             )
+
+    def replaces(self) -> frozenset[str]:
+        return frozenset({"aggregation"})
 
 
 OPTIONS: dict[str, type[VariantConfig]] = {
@@ -223,6 +255,22 @@ def variant_options(
             f"variant {spec.name!r} on {where or kind}: {_first_error(exc)}"
         ) from None
     return config
+
+
+def check_composition(
+    specs: list[VariantSpec], model: ModelConfig, kind: AttentionType, layer: int
+) -> None:
+    """The variants of one layer, in order, can run together: at most one takes over the
+    attention and at most one the aggregation (the error names both)."""
+    owner: dict[str, str] = {}
+    for spec in specs:
+        for part in sorted(variant_options(spec, model, kind).replaces()):
+            if part in owner:
+                raise ValueError(
+                    f"attention.{kind} layer {layer}: {owner[part]!r} and {spec.name!r} both "
+                    f"replace the {part}; at most one variant per layer may"
+                )
+            owner[part] = spec.name
 
 
 def _first_error(exc: ValueError) -> str:

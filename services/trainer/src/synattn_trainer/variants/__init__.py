@@ -6,6 +6,8 @@ from synattn_trainer.variants.base import (
     REGISTRY,
     AttentionVariant,
     AttnContext,
+    Composite,
+    build_layer_variant,
     build_variant,
     register,
 )
@@ -14,7 +16,9 @@ __all__ = [
     "REGISTRY",
     "AttentionVariant",
     "AttnContext",
+    "Composite",
     "VariantConfig",
+    "build_layer_variant",
     "build_variant",
     "register",
 ]

@@ -51,6 +51,7 @@ class AttnContext:
     state: dict[str, int] = field(default_factory=dict)
     layer_input: Tensor | None = None  # [B, Tq, D], set by the attention before the hooks
     dropout: float = 0.0  # attention dropout rate of this call (0 in eval)
+    value_term: Callable[[Tensor], Tensor | None] | None = None  # peers' extra value terms
     keep_probs: bool = False  # analysis asks: a replacing ``attend`` reports what it applied
     probs: Tensor | None = None  # [B, H, Tq, Tk] the probabilities ``attend`` applied
 
@@ -73,6 +74,10 @@ class AttentionVariant(nn.Module):
 
     def bind(self, peers: list[AttentionVariant]) -> None:
         """Called once the model is built, with every variant of the model (layer counting)."""
+
+    def members(self) -> list[AttentionVariant]:
+        """The variants this module is made of (itself; a ``Composite``: its parts)."""
+        return [self]
 
     def feature_options(self) -> dict[str, Any]:
         """Options the batch features must be built with (e.g. ``{"tau": 10.0}``)."""
@@ -106,6 +111,12 @@ class AttentionVariant(nn.Module):
 
         ``mask`` already holds padding, causality and ``logit_bias``.
         """
+        return None
+
+    def values(self, probs: Tensor) -> Tensor | None:
+        """An extra value term ``[B, H, Tq, d_head]`` from the (dropped-out) probabilities,
+        added to ``probs @ V`` by whoever computes the attention (Shaw et al.'s ``a^V``), or
+        None. A variant that returns one must also ask for explicit probabilities."""
         return None
 
     def head_outputs(self, heads: Tensor, ctx: AttnContext) -> Tensor:
@@ -159,3 +170,97 @@ def build_variant(
     config = variant_options(spec, model, kind, f"{kind} layer {layer}")
     cls, _ = REGISTRY[spec.name]
     return cls(config, model, kind, layer)
+
+
+class Composite(AttentionVariant):
+    """Several variants on one attention module, in config order: logit biases add, observers
+    all see the probabilities, at most one replaces the attention and one the aggregation
+    (the config check guarantees it), head-output hooks chain, auxiliary losses add."""
+
+    def __init__(self, members: list[AttentionVariant]) -> None:
+        first = members[0]
+        nn.Module.__init__(self)
+        self.heads, self.d_head = first.heads, first.d_head
+        self.kind, self.layer = first.kind, first.layer
+        self.parts = nn.ModuleList(members)
+        self.replaces_out_proj = any(m.replaces_out_proj for m in members)  # type: ignore[misc]
+
+    def members(self) -> list[AttentionVariant]:
+        return list(self.parts)  # type: ignore[arg-type]
+
+    @property
+    def features(self) -> tuple[str, ...]:  # type: ignore[override]
+        names: dict[str, None] = {}
+        for m in self.members():
+            names.update(dict.fromkeys(m.features))
+        return tuple(names)
+
+    def feature_options(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {}
+        for m in self.members():
+            for key, value in m.feature_options().items():
+                if key in opts and opts[key] != value:
+                    raise ValueError(f"{self.kind} layer {self.layer}: two values for {key}")
+                opts[key] = value
+        return opts
+
+    def logit_bias(self, q: Tensor, k: Tensor, ctx: AttnContext) -> Tensor | None:
+        total: Tensor | None = None
+        for m in self.members():
+            bias = m.logit_bias(q, k, ctx)
+            if bias is not None:
+                total = bias if total is None else total + bias
+        return total
+
+    def needs_probs(self, ctx: AttnContext) -> bool:
+        return any(m.needs_probs(ctx) for m in self.members())
+
+    def observe(self, probs: Tensor, ctx: AttnContext) -> None:
+        for m in self.members():
+            m.observe(probs, ctx)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
+    ) -> Tensor | None:
+        out = None
+        for m in self.members():  # every member runs (observers keep state); one may replace
+            replaced = m.attend(q, k, v, mask, ctx)
+            if replaced is not None:
+                out = replaced
+        return out
+
+    def values(self, probs: Tensor) -> Tensor | None:
+        terms = [t for m in self.members() if (t := m.values(probs)) is not None]
+        return None if not terms else sum(terms[1:], terms[0])
+
+    def head_outputs(self, heads: Tensor, ctx: AttnContext) -> Tensor:
+        for m in self.members():
+            heads = m.head_outputs(heads, ctx)
+        return heads
+
+    def aggregate(self, heads: Tensor, out_proj: nn.Linear, ctx: AttnContext) -> Tensor | None:
+        for m in self.members():
+            out = m.aggregate(heads, out_proj, ctx)
+            if out is not None:
+                return out
+        return None
+
+    def aux_loss(self) -> Tensor | None:
+        losses = [x for m in self.members() if (x := m.aux_loss()) is not None]
+        return None if not losses else sum(losses[1:], losses[0])
+
+    def stats(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for m in self.members():
+            out.update(m.stats())
+        return out
+
+
+def build_layer_variant(
+    specs: list[VariantSpec], model: ModelConfig, kind: AttentionType, layer: int
+) -> AttentionVariant:
+    """The variant module of one attention module: vanilla, one variant, or a ``Composite``."""
+    if not specs:
+        return build_variant(VariantSpec(), model, kind, layer)
+    built = [build_variant(s, model, kind, layer) for s in specs]
+    return built[0] if len(built) == 1 else Composite(built)

@@ -135,19 +135,13 @@ class RelPos(AttentionVariant):
         self.rel = RelPositions(self.d_head, config.k, config.values)
 
     def logit_bias(self, q: Tensor, k: Tensor, ctx: AttnContext) -> Tensor | None:
-        return self.rel.bias(q, k.shape[2])
+        return self.rel.bias(q, k.shape[2])  # the key term a^K
 
-    def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
-    ) -> Tensor | None:
-        if self.rel.value is None:
-            return None  # key term only: a bias, fused kernel
-        probs = softmax(logits_of(q, k, mask))
-        ctx.report(probs)
-        dropped = F.dropout(probs, ctx.dropout, ctx.dropout > 0)
-        out = dropped.to(v.dtype) @ v
-        term = self.rel.value_term(dropped)
-        return out if term is None else out + term
+    def needs_probs(self, ctx: AttnContext) -> bool:
+        return self.rel.value is not None  # the value term needs them (key term only: fused)
+
+    def values(self, probs: Tensor) -> Tensor | None:
+        return self.rel.value_term(probs)  # the value term a^V, wherever attention is computed
 
 
 @register("localness", LocalnessConfig)
@@ -219,18 +213,34 @@ class Slr(AttentionVariant):
         return {"tau": self.config.tau}
 
     def logit_bias(self, q: Tensor, k: Tensor, ctx: AttnContext) -> Tensor | None:
-        return ctx.syntax["slr_bias"][:, None] if self.config.mode == "pure" else None
+        if self.config.mode != "pure":
+            return None
+        return on_heads(ctx.syntax["slr_bias"][:, None], self.config.heads, self.heads)
+
+    def frozen(self, state: dict[str, int]) -> bool:
+        """Pre-warm-up (seed 003 §4): the gate network takes no gradient for the first
+        ``prewarm_epochs`` epochs or ``prewarm_fraction`` of the planned updates."""
+        c = self.config
+        if state.get("epoch", 0) < c.prewarm_epochs:
+            return True
+        planned = state.get("max_updates", 0)
+        return bool(c.prewarm_fraction and state.get("update", 0) < c.prewarm_fraction * planned)
 
     def gate_values(self, ctx: AttnContext) -> Tensor:
-        """``[B, H]`` gate per sentence and head."""
+        """``[B, H]`` gate per sentence and head (0 on heads that take no syntax)."""
         b = ctx.layer_input.shape[0] if ctx.layer_input is not None else 1
+        device = ctx.syntax["slr_bias"].device
         if self.gate is None:
-            return torch.full((b, self.heads), 0.5, device=ctx.syntax["slr_bias"].device)
-        assert ctx.layer_input is not None
-        if ctx.state.get("epoch", 0) < self.config.prewarm_epochs:
-            with torch.no_grad():
-                return self.gate(ctx.layer_input, ctx.query_padding)
-        return self.gate(ctx.layer_input, ctx.query_padding)
+            g = torch.full((b, self.heads), 0.5, device=device)
+        else:
+            assert ctx.layer_input is not None
+            if self.training and self.frozen(ctx.state):
+                with torch.no_grad():
+                    g = self.gate(ctx.layer_input, ctx.query_padding)
+            else:
+                g = self.gate(ctx.layer_input, ctx.query_padding)
+        sel = head_mask(self.config.heads, self.heads, device)
+        return g if sel is None else g * sel[0, :, 0, 0].to(g.dtype)
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
@@ -289,14 +299,6 @@ class Rhe(AttentionVariant):
         self.phrasal = (
             PhrasalBias(self.d_head, config.k, config.lp_outside) if config.sea == "lpea" else None
         )
-        self.rel = (
-            RelPositions(self.d_head, config.rel_pos_k, True) if config.base == "rel_pos" else None
-        )
-        self.local = (
-            Localness(LocalnessConfig(), model, kind, layer)
-            if config.base == "localness"
-            else None
-        )
         self.last_labels: Tensor | None = None
 
     @property
@@ -323,14 +325,7 @@ class Rhe(AttentionVariant):
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
     ) -> Tensor | None:
-        base = mask
-        if self.rel is not None:
-            extra = self.rel.bias(q, k.shape[2])
-            base = extra if base is None else base + extra
-        if self.local is not None:
-            extra = self.local.logit_bias(q, k, ctx)
-            base = extra if base is None else base + extra
-        x = logits_of(q, k, base)
+        x = logits_of(q, k, mask)  # the peers' biases (Rel_Pos a^K, Localness G) are in mask
         plain = softmax(x)
         important = self.labels(plain, ctx)
         self.last_labels = important.detach()
@@ -352,10 +347,8 @@ class Rhe(AttentionVariant):
     def _values(self, probs: Tensor, v: Tensor, ctx: AttnContext) -> Tensor:
         dropped = F.dropout(probs, ctx.dropout, ctx.dropout > 0)
         out = dropped.to(v.dtype) @ v
-        if self.rel is not None:
-            term = self.rel.value_term(dropped)
-            out = out if term is None else out + term
-        return out
+        term = None if ctx.value_term is None else ctx.value_term(dropped)  # Rel_Pos a^V
+        return out if term is None else out + term.to(out.dtype)
 
     def stats(self) -> dict[str, float]:
         if self.last_labels is None:
