@@ -44,6 +44,7 @@ demo: venv
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy --strict shared/src services/parser/src services/trainer/src services/jobs/src
 
 pytest: venv
 	bash .ci/services.sh

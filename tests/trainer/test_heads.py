@@ -14,14 +14,12 @@ from synattn_trainer.data import load_corpus, make_batch
 from synattn_trainer.model import Transformer, count_parameters
 from synattn_trainer.patterns import token_patterns, word_patterns
 from synattn_trainer.tokenizer import load_tokenizer
-from synattn_trainer.variants.heads import (
+from synattn_trainer.variants.disagreement import (
     cosine_similarity_term,
-    em_routing,
     masked_mean,
     position_term,
-    simple_routing,
-    squash,
 )
+from synattn_trainer.variants.routing import em_routing, simple_routing, squash
 from tests.trainer.conftest import tiny_config
 
 

@@ -25,7 +25,8 @@ from synattn_trainer.data import load_corpus, make_batch
 from synattn_trainer.model import MultiHeadAttention, Transformer
 from synattn_trainer.tokenizer import load_tokenizer
 from synattn_trainer.variants import AttnContext, build_variant
-from synattn_trainer.variants.syntax import head_measures, shaw_index
+from synattn_trainer.variants.rel_pos import shaw_index
+from synattn_trainer.variants.rhe import head_measures
 from tests.conftest import RUNNING_HEADS, RUNNING_TREE, RUNNING_UPOS, RUNNING_WORDS
 from tests.trainer.conftest import tiny_config
 

@@ -111,7 +111,7 @@ def inspect(
     try:
         ds = ShardDataset(directory)
         sample = ds[row]
-        opts = MaterialiseOptions(tau=tau, rp_clip=k, slr_binarize=slr_binarize)  # type: ignore[arg-type]
+        opts = MaterialiseOptions(tau=tau, rp_clip=k, slr_binarize=slr_binarize)
         mats = materialise(sample, ALL_FEATURES, opts)
     except (FileNotFoundError, ValueError, IndexError) as exc:
         raise fail(str(exc)) from None

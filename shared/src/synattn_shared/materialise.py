@@ -98,8 +98,9 @@ def materialise(
                 slr_soft=np.ones((T, T), np.float32),
             )
         else:
-            out["slr_bias"] = slr_log_mask(d_used, tau=opts.tau, mode="soft", ties=opts.slr_ties)
-            out["slr_soft"] = np.exp(out["slr_bias"])
+            bias = slr_log_mask(d_used, tau=opts.tau, mode="soft", ties=opts.slr_ties)
+            out["slr_bias"] = bias
+            out["slr_soft"] = np.exp(bias)
             j = np.arange(L.shape[0])
             out["slr_hard"] = (j[None, :] >= L[:, None]) & (j[None, :] <= R[:, None])
 
@@ -107,8 +108,8 @@ def materialise(
         if heads is None:
             out.update(dep_hops=None, dea_mask=None, dea_bias=None)
         else:
-            hops = dep_hops(heads)
-            keep = dea_keep_mask(heads)
+            hops: np.ndarray = dep_hops(heads)
+            keep: np.ndarray = dea_keep_mask(heads)
             if w is not None:
                 hops = expand_matrix(hops, w, HOPS_UNREACHABLE, 0)
                 keep = expand_matrix(keep, w, False, True)
@@ -121,7 +122,7 @@ def materialise(
     if want & {"lp_span", "rp", "rp_index"}:
         start, end = local_phrase_spans(row["syn_dist"])
         out["lp_span"] = np.stack([start, end])
-        rp = relative_phrasal_positions(row["const_layer"], start, end)
+        rp: np.ndarray = relative_phrasal_positions(row["const_layer"], start, end)
         if w is not None:
             rp = expand_matrix(rp, w, RP_OUT, 0)
         if not syntax:

@@ -31,7 +31,7 @@ def guarded_http(header_timeout: float, body_timeout: float) -> type[asyncio.Pro
                 self._deadline.cancel()
                 self._deadline = None
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm(header_timeout, "headers")
 

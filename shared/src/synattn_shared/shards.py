@@ -242,4 +242,5 @@ class ShardDataset:
         within = offset - self._groups[k][group]
         if self._cache is None or self._cache[:2] != (k, group):
             self._cache = (k, group, self._file(k).read_row_group(group))
-        return self._cache[2].slice(within, 1).to_pylist()[0]
+        record: dict[str, Any] = self._cache[2].slice(within, 1).to_pylist()[0]
+        return record

@@ -37,7 +37,7 @@ def create_app(settings: JobSettings | None = None) -> FastAPI:
     app.add_exception_handler(BadJobSpec, _bad_spec)
     for module in (health, jobs, artifacts, events, experiments, tokens):
         app.include_router(module.router)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app
 
 

@@ -24,12 +24,12 @@ class Cancelled(Exception):
 
 def median_tokens_per_s(metrics: Path) -> float | None:
     """Median of the logged training speeds (first record excluded: it includes start-up)."""
-    speeds = []
+    speeds: list[float] = []
     if metrics.is_file():
         for line in metrics.read_text(encoding="utf-8").splitlines():
             rec = json.loads(line)
             if rec.get("event") == "update" and rec.get("update", 0) > 1:
-                speeds.append(rec["tokens_per_s"])
+                speeds.append(float(rec["tokens_per_s"]))
     if not speeds:
         return None
     speeds.sort()

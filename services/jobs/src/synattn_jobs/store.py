@@ -119,6 +119,11 @@ ADDED_COLUMNS = (
 )
 
 
+def _rowcount(result: Any) -> int:
+    """Rows an UPDATE matched (SQLAlchemy types ``execute`` as a plain ``Result``)."""
+    return int(result.rowcount)
+
+
 def new_id() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -272,7 +277,7 @@ class JobStore:
             )
         )
         with self.session() as s:
-            return s.execute(stmt).rowcount == 1
+            return _rowcount(s.execute(stmt)) == 1
 
     def heartbeat(self, job_id: str, worker: str) -> bool:
         """Refresh the heartbeat; False when the job is no longer this worker's."""
@@ -282,7 +287,7 @@ class JobStore:
             .values(heartbeat_at=time.time())
         )
         with self.session() as s:
-            return s.execute(stmt).rowcount == 1
+            return _rowcount(s.execute(stmt)) == 1
 
     def set_progress(self, job_id: str, progress: dict[str, Any]) -> None:
         with self.session() as s:
@@ -307,7 +312,7 @@ class JobStore:
         if result is not None:
             values["result"] = result
         with self.session() as s:
-            return s.execute(stmt.values(**values)).rowcount == 1
+            return _rowcount(s.execute(stmt.values(**values))) == 1
 
     def release(self, job_id: str, worker: str, error: str) -> None:
         """Give a running job back to the queue (a transient error, retried later)."""
@@ -352,7 +357,7 @@ class JobStore:
                 .values(state="queued", worker=None, error="worker lost; requeued")
             )
             with self.session() as s:
-                if s.execute(stmt).rowcount == 1:
+                if _rowcount(s.execute(stmt)) == 1:
                     requeued.append(job_id)
         return requeued
 
@@ -379,6 +384,6 @@ class JobStore:
 
     def revoke_token(self, name: str) -> int:
         with self.session() as s:
-            return s.execute(
-                update(ApiToken).where(ApiToken.name == name).values(revoked=True)
-            ).rowcount
+            return _rowcount(
+                s.execute(update(ApiToken).where(ApiToken.name == name).values(revoked=True))
+            )

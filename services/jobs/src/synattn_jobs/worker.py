@@ -30,7 +30,7 @@ from typing import Any
 
 from celery import Celery, signals
 from celery.exceptions import Reject
-from kombu import Queue
+from kombu.entity import Queue
 from pydantic import ValidationError
 
 from synattn_jobs.errors import BadJobSpec

@@ -48,8 +48,8 @@ def create_app(settings: ParserSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(parse.router)
-    app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)  # type: ignore[arg-type]
-    app.add_middleware(Metrics, metrics=metrics)  # type: ignore[arg-type]  # outermost: counts 413s
+    app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
+    app.add_middleware(Metrics, metrics=metrics)  # outermost: counts 413s
     app.state.pool = pool
     app.state.settings = cfg
     app.state.metrics = metrics

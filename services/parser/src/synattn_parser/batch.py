@@ -53,8 +53,8 @@ def open_text(path: str | Path) -> io.TextIOBase:
     """A text file, gunzipped when it ends in ``.gz``."""
     p = Path(path)
     if p.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")  # type: ignore[return-value]
-    return open(p, encoding="utf-8")  # type: ignore[return-value]
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
+    return open(p, encoding="utf-8")
 
 
 def read_lines(path: str | Path, start: int = 0, stop: int | None = None) -> list[str]:

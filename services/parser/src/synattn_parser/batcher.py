@@ -162,6 +162,6 @@ class MicroBatcher(Generic[T, R]):
             assert self._slots is not None
             # before the wake-up: the collector counts busy workers when it wakes (the done
             # callback, which runs later, covers a task cancelled before it started)
-            self._running.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._running.discard(asyncio.current_task())
             self._slots.release()
             self._wake.set()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -31,7 +31,7 @@ def parse_to_rows(
         max_tokens: sentences with more words than this get an error instead of a row.
     """
     parsed = parse_isolated(parser, items, ids)
-    out: list[RowOrError] = list(parsed)
+    out: list[Any] = list(parsed)  # records become rows (or errors) below
     ok = [k for k, r in enumerate(parsed) if not isinstance(r, SyntaxInputError)]
     if max_tokens is not None:
         for k in list(ok):
@@ -67,7 +67,7 @@ def encode_array(a: np.ndarray, fmt: ArrayFormat) -> Any:
     if a.dtype.kind == "f":
         wide = a.astype(np.float64).round(6)  # float32 -> shortest decimal, not 0.5498340129...
         finite = np.isfinite(wide)
-        values: Any = wide if finite.all() else np.where(finite, wide, None)
+        values: Any = wide if finite.all() else np.where(finite, wide, cast(Any, None))
     else:
         values = a
     if fmt == "dense":

@@ -166,7 +166,7 @@ class ParserPool:
     async def _preload_quietly(self) -> None:
         try:
             await self.get(self.settings.backend)
-        except (BackendUnavailable, BrokenExecutor) as exc:
+        except (BackendUnavailable, BrokenProcessPool, BrokenThreadPool) as exc:
             log.error("backend %s cannot load: %s", self.settings.backend, exc)
         except Exception as exc:  # a bug: say so in /v1/ready instead of loading forever
             log.exception("backend %s failed to load", self.settings.backend)

@@ -42,7 +42,7 @@ class ParseRequest(BaseModel):
         None, description="one sent_id per sentence (default: its 0-based index)"
     )
     backend: BackendName | None = Field(None, description="default: the server's backend")
-    features: list[FeatureName] = Field(  # type: ignore[valid-type]
+    features: list[FeatureName] = Field(
         default_factory=list, description="reader-side features to compute (see /v1/backends)"
     )
     tau: float = Field(10.0, gt=0, le=1e6, description="soft SLR temperature")

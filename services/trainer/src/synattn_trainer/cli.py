@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -103,7 +103,7 @@ def _lines(path: Path) -> list[str]:
     import gzip
 
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
+    with opener(path, "rt", encoding="utf-8") as fh:
         return [line.rstrip("\n") for line in fh]
 
 
@@ -157,7 +157,7 @@ def evaluate(
     console.print(f"BLEU (lowercased) {bleu_lc.score:.2f}")
     console.print(f"chrF {chrf.score:.2f}  {chrf.signature}")
     if "paired_bootstrap" in report:
-        pb_: dict = report["paired_bootstrap"]  # type: ignore[assignment]
+        pb_: dict[str, Any] = report["paired_bootstrap"]  # type: ignore[assignment]
         lo, hi = pb_["ci95"]
         console.print(
             f"paired bootstrap ({pb_['samples']} samples): "
@@ -165,7 +165,7 @@ def evaluate(
             f", p = {pb_['p_value']:.4f}, system 95% CI {lo:.2f}-{hi:.2f}",
             markup=False,
         )
-    for row in report.get("bleu_by_length", []):  # type: ignore[union-attr]
+    for row in cast(list[dict[str, Any]], report.get("bleu_by_length", [])):
         flag = "" if row["reliable"] else "  (unreliable: < 50 sentences)"
         console.print(
             f"  reference length {row['bin']:>9}: {row['sentences']:5d} sentences  "

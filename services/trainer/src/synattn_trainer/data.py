@@ -239,7 +239,7 @@ def syntax_tensors(
         shape = (len(mats_), width) if vector else (len(mats_), width, width)
         padded = np.full(shape, PAD_FILL.get(name, 0), dtype=mats_[0].dtype)
         for k, m in enumerate(mats_):
-            padded[(k, *[slice(0, s) for s in m.shape])] = m
+            padded[(k, *[slice(0, int(s)) for s in m.shape])] = m  # type: ignore[index]
         tensors[name] = torch.from_numpy(padded)
     return tensors
 

@@ -6,6 +6,8 @@ and values of the prefix (``Transformer.decode_step``); a test checks it against
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -39,7 +41,7 @@ def greedy(
     b = src.shape[0]
     ys = torch.full((b, 1), BOS_ID, dtype=torch.long, device=src.device)
     done = torch.zeros(b, dtype=torch.bool, device=src.device)
-    cache: list = []
+    cache: list[dict[str, Any]] = []
     for _ in range(_max_len(src, max_len_a, max_len_b)):
         logits = model.decode_step(ys, enc, cache)
         nxt = logits.argmax(-1).masked_fill(done, PAD_ID)
@@ -62,8 +64,8 @@ def _strip(ids: list[int]) -> list[int]:
 def length_penalty(length: int, alpha: float, form: str) -> float:
     """Score divisor: ``length ** alpha`` (average) or GNMT's ``((5 + length) / 6) ** alpha``."""
     if form == "gnmt":
-        return ((5 + length) / 6) ** alpha
-    return float(length) ** alpha
+        return float(((5 + length) / 6) ** alpha)
+    return float(length**alpha)
 
 
 @torch.no_grad()
@@ -92,7 +94,7 @@ def beam_search(
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
     active = [True] * b
     steps = _max_len(src, max_len_a, max_len_b)
-    cache: list = []
+    cache: list[dict[str, Any]] = []
     for step in range(steps):
         logp = F.log_softmax(model.decode_step(ys, enc, cache).float(), -1)  # [b*k, V]
         vocab = logp.shape[-1]

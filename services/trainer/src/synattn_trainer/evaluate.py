@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
-from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.bleu import BLEU
+from sacrebleu.metrics.chrf import CHRF
 
 SEED_BINS = (0, 10, 20, 30, 40, 50)  # [0,10) ... [50, inf): METHODS-heads §5.6
 MULTI30K_BINS = (0, 8, 12, 16, 20)  # the spec's extra bins for Multi30k's short references
@@ -74,7 +76,7 @@ def paired_bootstrap(
         n_samples=samples,
     )
     _, results = test()
-    base, sys_ = results["BLEU"]
+    base, sys_ = (cast(Any, r) for r in results["BLEU"])  # sacreBLEU types them str | Result
     return PairedResult(
         baseline=base.score,
         system=sys_.score,

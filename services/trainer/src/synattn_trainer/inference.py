@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -92,8 +93,8 @@ def applied_attention(
     finally:
         for _, _, m in modules:
             m.keep_probs, m.last_probs = False, None
-    src = [tok.id_to_token(int(t)) for t in b.src[0]]
-    tgt = [tok.id_to_token(int(t)) for t in b.tgt_in[0]]
+    src = [tok.id_to_token(int(t)) or "<unk>" for t in b.src[0]]
+    tgt = [tok.id_to_token(int(t)) or "<unk>" for t in b.tgt_in[0]]
     return arrays, src, tgt
 
 
@@ -106,7 +107,12 @@ def attention_npz(checkpoint: Path, data: Path, row: int, out: Path) -> Path:
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, **arrays, src_tokens=np.array(src), tgt_tokens=np.array(tgt))
+            named: dict[str, Any] = {
+                **arrays,
+                "src_tokens": np.array(src),
+                "tgt_tokens": np.array(tgt),
+            }
+            np.savez_compressed(fh, **named)
 
     atomic_write_with(out, write)
     return out

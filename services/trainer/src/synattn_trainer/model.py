@@ -6,8 +6,9 @@ point in ``synattn_trainer.variants.base``). Vanilla attention runs through the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -152,7 +153,8 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(cfg.relu_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+        out: Tensor = self.fc2(self.dropout(F.relu(self.fc1(x))))
+        return out
 
 
 class Sublayer(nn.Module):
@@ -164,10 +166,13 @@ class Sublayer(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.pre = cfg.norm == "pre"
 
-    def forward(self, x: Tensor, fn) -> Tensor:  # type: ignore[no-untyped-def]
+    def forward(self, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        out: Tensor
         if self.pre:
-            return x + self.dropout(fn(self.norm(x)))
-        return self.norm(x + self.dropout(fn(x)))
+            out = x + self.dropout(fn(self.norm(x)))
+        else:
+            out = self.norm(x + self.dropout(fn(x)))
+        return out
 
 
 class EncoderLayer(nn.Module):
@@ -182,7 +187,8 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, ctx: AttnContext) -> Tensor:
         x = self.sub1(x, lambda h: self.self_attn(h, h, ctx))
-        return self.sub2(x, self.ffn)
+        out: Tensor = self.sub2(x, self.ffn)
+        return out
 
 
 class DecoderLayer(nn.Module):
@@ -208,7 +214,8 @@ class DecoderLayer(nn.Module):
         cc = None if cache is None else cache.setdefault("cross", {})
         y = self.sub1(y, lambda h: self.self_attn(h, h, self_ctx, sc))
         y = self.sub2(y, lambda h: self.cross_attn(h, memory, cross_ctx, cc, static_kv=True))
-        return self.sub3(y, self.ffn)
+        out: Tensor = self.sub3(y, self.ffn)
+        return out
 
 
 def sinusoids(n: int, d: int) -> Tensor:
@@ -232,6 +239,8 @@ class Encoded:
 
 
 class Transformer(nn.Module):
+    pe: Tensor  # sinusoidal positions (a buffer)
+
     """Encoder-decoder NMT model; ``forward`` returns logits ``[B, T, V]``."""
 
     def __init__(self, cfg: TrainConfig, vocab_size: int) -> None:
@@ -264,10 +273,10 @@ class Transformer(nn.Module):
         self.state: dict[str, int] = {"update": 0, "epoch": 0}
         offset = 0
         for kind in ("enc_self", "dec_self", "enc_dec"):  # g = type, then layer, then head
-            for k, _, m in self.attention_modules():
+            for k, _, mod in self.attention_modules():
                 if k == kind:
-                    m.gate_offset = offset
-                    offset += m.h
+                    mod.gate_offset = offset
+                    offset += mod.h
         self.num_heads = offset
         peers = [p for _, _, m in self.attention_modules() for p in m.variant.members()]
         for variant in peers:
@@ -276,11 +285,11 @@ class Transformer(nn.Module):
     def attention_modules(self) -> list[tuple[AttentionType, int, MultiHeadAttention]]:
         """Every attention module with its type and layer."""
         mods: list[tuple[AttentionType, int, MultiHeadAttention]] = []
-        for i, layer in enumerate(self.encoder):
-            mods.append(("enc_self", i, layer.self_attn))
-        for i, layer in enumerate(self.decoder):
-            mods.append(("dec_self", i, layer.self_attn))
-            mods.append(("enc_dec", i, layer.cross_attn))
+        for i, enc in enumerate(cast(list[EncoderLayer], self.encoder)):
+            mods.append(("enc_self", i, enc.self_attn))
+        for i, dec in enumerate(cast(list[DecoderLayer], self.decoder)):
+            mods.append(("dec_self", i, dec.self_attn))
+            mods.append(("enc_dec", i, dec.cross_attn))
         return mods
 
     def syntax_features(self) -> tuple[str, ...]:
@@ -330,7 +339,8 @@ class Transformer(nn.Module):
 
     def _embed(self, emb: nn.Embedding, ids: Tensor) -> Tensor:
         x = emb(ids) * math.sqrt(self.d) + self.pe[: ids.shape[1]]
-        return self.drop(x)
+        out: Tensor = self.drop(x)
+        return out
 
     def encode(self, src: Tensor, syntax: dict[str, Tensor] | None = None) -> Encoded:
         src_pad = src.eq(PAD_ID)

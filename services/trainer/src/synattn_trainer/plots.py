@@ -7,6 +7,7 @@ import json
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -155,7 +156,9 @@ def importance_histogram(importance: np.ndarray, out: Path) -> Path:
     return out
 
 
-def masking_curves_png(schedule: dict, curves: dict[str, list[float]], out: Path) -> Path:
+def masking_curves_png(
+    schedule: dict[str, Any], curves: dict[str, list[float]], out: Path
+) -> Path:
     """BLEU after masking groups of heads, most or least important first (HeadMask Figure 2)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for order, values in curves.items():

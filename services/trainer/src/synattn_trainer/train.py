@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -86,10 +86,10 @@ def update_loss(
     gradient of (total loss / total tokens), exactly what one process would compute.
     """
     _, n = world()
-    logits = model(batch.src, batch.tgt_in, batch.syntax)
+    logits: Tensor = model(batch.src, batch.tgt_in, batch.syntax)
     loss, nll = token_loss(logits, batch.tgt_out, smoothing)
     inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-    aux = inner.aux_loss()
+    aux = cast(Transformer, inner).aux_loss()
     total = loss
     if aux is not None:
         total = total + aux  # summed over tokens, like ``loss``
@@ -241,7 +241,7 @@ class Trainer:
             loss, raw, nll = update_loss(
                 self.net, batch, self.cfg.optim.label_smoothing, global_tokens
             )
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         return raw, nll
 
     def train(

@@ -64,7 +64,7 @@ def split_brackets(text: str, source: str = "<string>") -> Iterator[tuple[int, s
 
 
 def parse_tree(
-    text: str, *, source: str = "<string>", line: int = 1, sentence: int = 1
+    text: str, *, source: str = "<string>", line: int = 1, sentence: int | str = 1
 ) -> nltk.Tree:
     """Parse and normalise one bracketed tree, with a located error on failure."""
     nltk_tree.MAX_TREE_DEPTH = max(nltk_tree.MAX_TREE_DEPTH, MAX_TREE_DEPTH)

@@ -42,18 +42,23 @@ def phrasal_bias_table(
 ) -> npt.NDArray[np.float64]:
     """LPEA table ``beta_r = -|tanh(W_P w_r + b_P) . U_P|`` for each embedding row (eq. 8)."""
     e = np.asarray(emb, dtype=np.float64)
-    return -np.abs(np.tanh(e @ np.asarray(w_p).T + np.asarray(b_p)) @ np.asarray(u_p))
+    table: npt.NDArray[np.float64] = -np.abs(
+        np.tanh(e @ np.asarray(w_p).T + np.asarray(b_p)) @ np.asarray(u_p)
+    )
+    return table
 
 
 def localness_bias(centre: float, window: float, length: int) -> npt.NDArray[np.float64]:
     """Yang et al. Gaussian bias ``G_j = -(j - P)^2 / (2 sigma^2)``, ``sigma = D/2`` (§7.2)."""
     j = np.arange(length, dtype=np.float64)
     sigma = window / 2.0
-    return -((j - centre) ** 2) / (2.0 * sigma**2)
+    bias: npt.NDArray[np.float64] = -((j - centre) ** 2) / (2.0 * sigma**2)
+    return bias
 
 
 def pascal_density(centres: npt.ArrayLike, length: int, sigma: float = 1.0) -> np.ndarray:
     """PASCAL normal density ``N_sj`` around each row's centre (§7.4)."""
     c = np.asarray(centres, dtype=np.float64)[:, None]
     j = np.arange(length, dtype=np.float64)[None, :]
-    return np.exp(-((j - c) ** 2) / (2 * sigma**2)) / np.sqrt(2 * np.pi * sigma**2)
+    density: np.ndarray = np.exp(-((j - c) ** 2) / (2 * sigma**2)) / np.sqrt(2 * np.pi * sigma**2)
+    return density

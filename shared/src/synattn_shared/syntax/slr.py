@@ -46,7 +46,10 @@ def slr_intervals(
     if n <= 2:
         return L, R
     t = np.arange(n - 1)
-    blocks = (lambda a, b: a >= b) if ties == "strict" else (lambda a, b: a > b)
+
+    def blocks(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.asarray(a >= b if ties == "strict" else a > b)
+
     # Pre side, rows i = 1..n-1: splits t <= i-2 that block, compared with d_{i-1}.
     rows = np.arange(1, n)
     pre = blocks(dist[None, :], dist[rows - 1, None]) & (t[None, :] <= rows[:, None] - 2)
@@ -73,7 +76,8 @@ def _log_factor(
     if mode == "soft":
         z = (2.0 / tau) * x
         # logsigmoid(z) = -softplus(-z), stable for large |z|.
-        return (-np.logaddexp(np.float32(0.0), -z)).astype(np.float32)
+        soft: npt.NDArray[np.float32] = (-np.logaddexp(np.float32(0.0), -z)).astype(np.float32)
+        return soft
     keep = x > 0 if ties == "strict" else x >= 0
     return np.where(keep, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
 

@@ -20,7 +20,8 @@ from synattn_shared.syntax.subword import expand_matrix
 def shaw_index(T: int, k: int) -> npt.NDArray[np.int64]:
     """Shaw et al. relative-position index ``clip(j - i, k) + k`` (§7.1), ``[T, T]``."""
     pos = np.arange(T)
-    return np.clip(pos[None, :] - pos[:, None], -k, k) + k
+    index: npt.NDArray[np.int64] = np.clip(pos[None, :] - pos[:, None], -k, k) + k
+    return index
 
 
 def _first_and_mean_piece(w: npt.NDArray[np.int64], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +80,7 @@ def sla_keep_mask(
     if subword_to_word is None:
         return keep
     w = np.asarray(subword_to_word, dtype=np.int64)
-    out = expand_matrix(keep, w, False, True)
+    out: npt.NDArray[np.bool_] = np.asarray(expand_matrix(keep, w, False, True), dtype=bool)
     out[:, w < 0] = True
     out[w < 0, :] = True
     return out

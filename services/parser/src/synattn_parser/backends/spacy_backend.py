@@ -100,7 +100,7 @@ class SpacyParser:
         self.info = ParserInfo(
             backend=backend,
             model=f"{model_name or meta.get('name')}-{meta.get('version')}",
-            version=f"spacy-{spacy.__version__}",
+            version=f"spacy-{getattr(spacy, '__version__', 'unknown')}",
             constituency=constituency,
         )
 

@@ -98,8 +98,8 @@ async def parse(req: ParseRequest, cfg: Settings, pool: Pool) -> Response:
     info = pool.infos[name]
     errors = [(k, r) for k, r in enumerate(rows) if isinstance(r, SyntaxInputError)]
     if req.strict and errors:
-        k, exc = errors[0]
-        raise HTTPException(422, f"sentence {k}: {exc.reason}")
+        k, failure = errors[0]
+        raise HTTPException(422, f"sentence {k}: {failure.reason}")
     if req.features:
         cells = feature_cells(rows, list(req.features))
         if cells > cfg.max_response_cells:

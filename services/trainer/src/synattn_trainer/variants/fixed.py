@@ -1,0 +1,70 @@
+"""Fixed encoder self-attention patterns, token- or word-based (seed 001; METHODS-heads §1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from synattn_trainer.config import AttentionType, ModelConfig
+from synattn_trainer.patterns import token_patterns, word_patterns
+from synattn_trainer.variant_options import FixedConfig
+from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
+from synattn_trainer.variants.common import apply, logits_of, softmax
+
+
+@register("fixed", FixedConfig)
+class Fixed(AttentionVariant):
+    config: FixedConfig
+
+    def __init__(
+        self, config: FixedConfig, model: ModelConfig, kind: AttentionType, layer: int
+    ) -> None:
+        super().__init__(config, model, kind, layer)
+
+    @property
+    def features(self) -> tuple[str, ...]:  # type: ignore[override]
+        return ("word_ids",) if self.config.word_based else ()
+
+    def patterns(self, ctx: AttnContext, t: int, device: torch.device) -> Tensor:
+        """``[B, F, T, T]`` patterns of the batch (zero rows and columns at padding)."""
+        f = self.config.fixed
+        pad = ctx.key_padding
+        b = pad.shape[0] if pad is not None else 1
+        out = np.zeros((b, f, t, t), dtype=np.float32)
+        for s in range(b):
+            n = int((~pad[s]).sum()) if pad is not None else t
+            if self.config.word_based:
+                ids = ctx.syntax["word_ids"][s, :n].cpu().numpy()
+                p = word_patterns(ids)
+            else:
+                p = token_patterns(n)
+            out[s, :, :n, :n] = p[:f]
+        return torch.from_numpy(out).to(device)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
+    ) -> Tensor | None:
+        f = self.config.fixed
+        key = f"_fixed:{self.config.word_based}:{f}"  # built once per forward, shared by layers
+        if key not in ctx.syntax:
+            ctx.syntax[key] = self.patterns(ctx, k.shape[2], v.device)
+        p = ctx.syntax[key].to(v.dtype)
+        drop = ctx.dropout if self.config.dropout_on_fixed else 0.0
+        fixed = F.dropout(p, drop, drop > 0) @ v[:, :f]
+        if f == self.heads:
+            ctx.report(p)
+            return fixed
+        learned_p = softmax(logits_of(q[:, f:], k[:, f:], mask))
+        if ctx.keep_probs:
+            ctx.report(torch.cat([p.to(learned_p.dtype), learned_p], 1))
+        learned = apply(learned_p, v[:, f:], ctx.dropout, ctx.dropout > 0)
+        return torch.cat([fixed, learned], 1)
+
+    def head_outputs(self, heads: Tensor, ctx: AttnContext) -> Tensor:
+        if not self.config.ablate:
+            return heads
+        gate = torch.ones(self.heads, device=heads.device, dtype=heads.dtype)
+        gate[self.config.ablate] = 0
+        return heads * gate[None, :, None, None]

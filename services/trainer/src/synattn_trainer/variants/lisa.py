@@ -1,0 +1,47 @@
+"""LISA: a head supervised towards each token's parent (seed 003 baseline; METHODS-syntax §7.3)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from synattn_trainer.config import AttentionType, ModelConfig
+from synattn_trainer.variant_options import LisaConfig
+from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
+
+
+@register("lisa", LisaConfig)
+class Lisa(AttentionVariant):
+    config: LisaConfig
+
+    features = ("lisa_target",)
+
+    def __init__(
+        self, config: LisaConfig, model: ModelConfig, kind: AttentionType, layer: int
+    ) -> None:
+        super().__init__(config, model, kind, layer)
+        self._loss: Tensor | None = None
+
+    def needs_probs(self, ctx: AttnContext) -> bool:
+        return self.training
+
+    def observe(self, probs: Tensor, ctx: AttnContext) -> None:
+        a = probs[:, self.config.head].float()  # [B, T, T]
+        given = ctx.syntax["lisa_target"].long()  # -1: the row has no parse
+        real = (
+            torch.ones_like(given, dtype=torch.bool)
+            if ctx.query_padding is None
+            else ~ctx.query_padding
+        ) & given.ge(0)
+        target = given.clamp(min=0)
+        if self.config.loss == "l2":
+            onehot = F.one_hot(target, a.shape[-1]).float()
+            per_row = ((a - onehot) ** 2).sum(-1)
+        else:
+            per_row = -torch.log(a.gather(-1, target[..., None]).squeeze(-1).clamp(min=1e-9))
+        self._loss = self.config.weight * (per_row * real).sum()
+
+    def aux_loss(self) -> Tensor | None:
+        loss, self._loss = self._loss, None
+        return loss

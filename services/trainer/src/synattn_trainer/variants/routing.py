@@ -1,0 +1,113 @@
+"""Routing-by-agreement instead of W^O, simple or EM (seed 004; METHODS-heads §4)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from synattn_trainer.config import AttentionType, ModelConfig
+from synattn_trainer.variant_options import RoutingConfig
+from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
+
+
+def squash(s: Tensor) -> Tensor:
+    """``|s|^2 / (1 + |s|^2) * s / sqrt(|s|^2 + 1e-9)`` over the last axis."""
+    n2 = s.pow(2).sum(-1, keepdim=True)
+    return n2 / (1 + n2) * s / (n2 + 1e-9).sqrt()
+
+
+def simple_routing(votes: Tensor, iterations: int = 3, softmax_over: str = "outputs") -> Tensor:
+    """Dynamic routing (Sabour et al.; §4.3). ``votes`` ``[..., H, N, Dc]`` -> ``[..., N, Dc]``."""
+    logits = torch.zeros(votes.shape[:-1], device=votes.device, dtype=votes.dtype)
+    out = votes.new_zeros(votes.shape[:-3] + votes.shape[-2:])
+    for t in range(iterations):
+        if softmax_over == "outputs":
+            c = torch.softmax(logits, -1)
+            s = (c[..., None] * votes).sum(-3) / c.sum(-2)[..., None]
+        else:
+            c = torch.softmax(logits, -2)
+            s = (c[..., None] * votes).sum(-3)
+        out = squash(s)
+        if t < iterations - 1:
+            logits = logits + (out[..., None, :, :] * votes).sum(-1)
+    return out
+
+
+def em_routing(
+    votes: Tensor,
+    beta_a: Tensor,
+    beta_mu: Tensor,
+    iterations: int = 3,
+    lambda_min: float = 1.0,
+    lambda_max: float = 3.0,
+    use_activation: bool = True,
+    eps: float = 1e-9,
+    eps_var: float = 1e-6,
+) -> Tensor:
+    """EM routing (Hinton et al. 2018; §4.4): votes ``[..., H, N, Dc]`` -> ``A mu``."""
+    n = votes.shape[-2]
+    c = torch.full(votes.shape[:-1], 1.0 / n, device=votes.device, dtype=votes.dtype)
+    log2pi = math.log(2 * math.pi)
+    mu = act = None
+    for t in range(iterations):
+        lam = lambda_min + (lambda_max - lambda_min) * t / max(1, iterations - 1)
+        r = c.sum(-2)  # [..., N]
+        mu = (c[..., None] * votes).sum(-3) / (r[..., None] + eps)
+        var = (c[..., None] * (votes - mu[..., None, :, :]) ** 2).sum(-3) / (
+            r[..., None] + eps
+        ) + eps_var
+        chi = r * (0.5 * var.log() + 0.5 * (1 + log2pi)).sum(-1)
+        logit = lam * (beta_a - beta_mu * r - chi)
+        act = torch.sigmoid(logit)
+        if t < iterations - 1:
+            diff = votes - mu[..., None, :, :]
+            log_p = (
+                -(diff**2) / (2 * var[..., None, :, :])
+                - 0.5 * (log2pi + var[..., None, :, :].log())
+            ).sum(-1)
+            log_a = -F.softplus(-logit)
+            c = torch.softmax((log_a[..., None, :] + log_p) if use_activation else log_p, -1)
+    assert mu is not None and act is not None
+    return act[..., None] * mu if use_activation else mu
+
+
+@register("routing", RoutingConfig)
+class Routing(AttentionVariant):
+    """``U = Dropout(ReLU(O W_f))``, votes ``U W_v`` ``[H, N, d/N]``, routing, LayerNorm."""
+
+    config: RoutingConfig
+
+    replaces_out_proj = True
+
+    def __init__(
+        self, config: RoutingConfig, model: ModelConfig, kind: AttentionType, layer: int
+    ) -> None:
+        super().__init__(config, model, kind, layer)
+        d = model.d_model
+        self.n_out = d // config.capsule_dim
+        self.transform = nn.Linear(d, d)
+        self.votes = nn.Linear(d, self.heads * d)
+        self.drop = nn.Dropout(model.dropout)
+        self.norm = nn.LayerNorm(d)
+        if config.method == "em":
+            self.beta_a = nn.Parameter(torch.zeros(self.n_out))
+            self.beta_mu = nn.Parameter(torch.zeros(self.n_out))
+
+    def aggregate(self, heads: Tensor, out_proj: nn.Linear, ctx: AttnContext) -> Tensor | None:
+        b, h, t, dh = heads.shape
+        concat = heads.transpose(1, 2).reshape(b, t, h * dh)
+        u = self.drop(F.relu(self.transform(concat)))
+        votes = self.votes(u).float().view(b, t, h, self.n_out, self.config.capsule_dim)
+        c = self.config
+        if c.method == "simple":
+            out = simple_routing(votes, c.iterations, c.softmax_over)
+        else:
+            out = em_routing(
+                votes, self.beta_a.float(), self.beta_mu.float(), c.iterations,
+                c.lambda_min, c.lambda_max, c.em_use_activation,
+            )  # fmt: skip
+        result: Tensor = self.norm(out.reshape(b, t, h * dh).to(heads.dtype))
+        return result
