@@ -39,6 +39,22 @@ def test_gate_heatmap_label_history_and_attention_png(
     assert {"gate", "important"} <= set(history)
     update, gates = history["gate"][-1]
     assert update == 6 and set(gates) == {f"enc_self.1.h{h}" for h in range(4)}
+    # the heatmap's values: the dev set in eval mode (seed 003 Fig. 3), mean and spread
+    from synattn_trainer.analysis import dev_gates
+    from synattn_trainer.data import load_corpus
+    from synattn_trainer.plots import dev_gate_values
+    from synattn_trainer.tokenizer import load_tokenizer
+    from synattn_trainer.train import load_model
+
+    dev = dev_gate_values(run / "metrics.jsonl")
+    assert dev is not None
+    dev_update, means, stds = dev
+    assert dev_update == 6 and set(means) == set(stds) == {f"enc_self.1.h{h}" for h in range(4)}
+    assert all(0 <= v <= 1 for v in means.values()) and all(s >= 0 for s in stds.values())
+    model, _ = load_model(run / "checkpoints" / "ckpt-00000006.pt")
+    again = dev_gates(model, load_corpus(m30k["valid"], load_tokenizer(m30k["tokenizer"])))
+    assert again == {f"enc_self.1.gate.h{h}": means[f"enc_self.1.h{h}"] for h in range(4)} | {
+        f"enc_self.1.gate_std.h{h}": stds[f"enc_self.1.h{h}"] for h in range(4)}  # fmt: skip
 
     res = synattn("plot", "gates", str(run))
     assert res.returncode == 0, res.stderr

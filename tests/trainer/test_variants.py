@@ -434,3 +434,29 @@ def test_source_without_eos(m30k) -> None:  # type: ignore[no-untyped-def]
     n = b.src.shape[1]
     expected = torch.tensor(np.array(token_patterns(n)[:7]), dtype=module.last_probs.dtype)
     torch.testing.assert_close(module.last_probs[0, :7], expected)
+
+
+def test_test_time_ablation_acts_only_in_eval_and_only_when_asked(m30k, corpus_and_tok) -> None:  # type: ignore[no-untyped-def]
+    """Seed 001's ablation of single patterns is a test-time switch: it changes the eval
+    output, never the training forward, and never the config."""
+    corpus, tok = corpus_and_tok
+    cfg = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8},
+                      attention={"enc_self": [{"name": "fixed"}]})  # fmt: skip
+    torch.manual_seed(0)
+    model = Transformer(cfg, tok.get_vocab_size())
+    b = make_batch(corpus, [0, 1], model.syntax_features(), model.feature_options())
+    with torch.no_grad():
+        model.eval()
+        base = model.encode(b.src, b.syntax).memory
+        train_base = model.train().encode(b.src, b.syntax).memory
+        assert model.ablate_fixed_heads([2]) == 2  # both encoder layers
+        assert not torch.equal(model.eval().encode(b.src, b.syntax).memory, base)
+        assert torch.equal(model.train().encode(b.src, b.syntax).memory, train_base)
+        model.ablate_fixed_heads([])
+        assert torch.equal(model.eval().encode(b.src, b.syntax).memory, base)
+    assert cfg.attention["enc_self"][0].options == {}
+    with pytest.raises(ValueError, match="out of range"):
+        model.ablate_fixed_heads([8])
+    plain = Transformer(tiny_config(m30k), tok.get_vocab_size())
+    with pytest.raises(ValueError, match="no fixed-pattern heads"):
+        plain.ablate_fixed_heads([0])

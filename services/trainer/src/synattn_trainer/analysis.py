@@ -4,6 +4,7 @@ curves, statistics and figures. Everything runs in eval mode, teacher-forced on 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,39 @@ def _batches(model: Transformer, corpus: Corpus, max_tokens: int = 2048):  # typ
         [len(s) for s in corpus.src], [len(t) - 1 for t in corpus.tgt], max_tokens, 0, -1
     ):
         yield make_batch(corpus, index, feats, opts)
+
+
+@torch.no_grad()
+def dev_gates(model: Transformer, corpus: Corpus) -> dict[str, float]:
+    """Gated SLR's gate per layer and head over a dev set, in eval mode (seed 003 Fig. 3):
+    ``{"enc_self.0.gate.h0": mean, "enc_self.0.gate_std.h0": std, ...}`` over sentences."""
+    from synattn_trainer.variants.slr import Slr
+
+    was_training = model.training
+    model.eval()
+    gated = [
+        (kind, layer, v)
+        for kind, layer, m in model.attention_modules()
+        for v in m.variant.members()
+        if isinstance(v, Slr) and v.gate is not None
+    ]
+    rows: dict[tuple[str, int], list[torch.Tensor]] = {(k, i): [] for k, i, _ in gated}
+    try:
+        if gated:
+            for b in _batches(model, corpus):
+                model.encode(b.src, b.syntax)
+                for kind, layer, v in gated:
+                    assert v.last_gate is not None
+                    rows[(kind, layer)].append(v.last_gate.float().cpu())
+    finally:
+        model.train(was_training)
+    out: dict[str, float] = {}
+    for (name, index), parts in rows.items():
+        g = torch.cat(parts)  # [sentences, H]
+        for h in range(g.shape[1]):
+            out[f"{name}.{index}.gate.h{h}"] = round(float(g[:, h].mean()), 5)
+            out[f"{name}.{index}.gate_std.h{h}"] = round(float(g[:, h].std(unbiased=False)), 5)
+    return out
 
 
 def importance(model: Transformer, corpus: Corpus) -> np.ndarray:
@@ -100,11 +134,15 @@ def analyze(
     test_limit: int | None = None,
     group_count: int = 8,
     normalize: bool = False,
+    ablate: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """Write ``analysis.json`` and PNGs to ``out``; returns the JSON content."""
+    """Write ``analysis.json`` and PNGs to ``out``; returns the JSON content. ``ablate``: fixed
+    heads switched off for this analysis only (seed 001's test-time ablation)."""
     from synattn_trainer.plots import heatmap_png, importance_histogram, masking_curves_png
 
     model, cfg = load_model(checkpoint)
+    model.eval()
+    model.ablate_fixed_heads(ablate)
     tok = load_tokenizer(cfg.data.tokenizer)
     dev_data = load_corpus(dev, tok, source_eos=cfg.data.source_eos)
     imp = importance(model, dev_data)
@@ -119,6 +157,7 @@ def analyze(
         "importance": imp.tolist(),
         "importance_layer_normalised": imp_norm.tolist(),
         "ranking_uses": "layer_normalised" if normalize else "raw",
+        "ablated_fixed_heads": list(ablate),
         "importance_mean": float(imp.mean()),
         "importance_variance": float(imp.var()),  # population variance (ddof = 0)
         "confidence": conf.tolist(),

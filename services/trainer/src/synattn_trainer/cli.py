@@ -85,12 +85,15 @@ def translate(
     tokenizer: Annotated[Path | None, typer.Option(help="default: the config's tokenizer")] = None,
     beam: Annotated[int | None, typer.Option(min=1)] = None,
     lenpen: Annotated[float | None, typer.Option()] = None,
+    ablate: Annotated[
+        list[int], typer.Option(help="fixed-pattern head to switch off for this run (repeat)")
+    ] = [],  # noqa: B006
 ) -> None:
     """Translate a parsed split with beam search; writes detokenised text."""
     from synattn_trainer.inference import translate_split
 
     try:
-        hyps = translate_split(checkpoint, data, tokenizer, beam, lenpen)
+        hyps = translate_split(checkpoint, data, tokenizer, beam, lenpen, ablate)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     atomic_write_text(out, "".join(h + "\n" for h in hyps))
@@ -270,6 +273,9 @@ def analyze(
     test_limit: Annotated[int | None, typer.Option(min=1)] = None,
     groups: Annotated[int, typer.Option(min=2)] = 8,
     normalize: Annotated[bool, typer.Option(help="rank by layer-normalised importance")] = False,
+    ablate: Annotated[
+        list[int], typer.Option(help="fixed-pattern head to switch off for this run (repeat)")
+    ] = [],  # noqa: B006
 ) -> None:
     """Head importance, confidence, masking curves and figures of a trained model."""
     from synattn_trainer.analysis import analyze as run
@@ -277,7 +283,7 @@ def analyze(
     if not checkpoint.is_file():
         raise fail(f"{checkpoint}: no such checkpoint")
     try:
-        result = run(checkpoint, dev, out, test, test_limit, groups, normalize)
+        result = run(checkpoint, dev, out, test, test_limit, groups, normalize, ablate)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     console.print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,16 @@ def translate_split(
     tokenizer: Path | None = None,
     beam: int | None = None,
     lenpen: float | None = None,
+    ablate: Sequence[int] = (),
 ) -> list[str]:
-    """Beam-search translations of every row of ``data`` (in row order)."""
+    """Beam-search translations of every row of ``data`` (in row order); ``ablate``: fixed
+    heads switched off for this run only (seed 001's test-time ablation)."""
     if not checkpoint.is_file():
         raise FileNotFoundError(f"{checkpoint}: no such checkpoint")
     device = _device()
     model, cfg = load_model(checkpoint, device)
+    model.eval()
+    model.ablate_fixed_heads(ablate)
     tok = load_tokenizer(tokenizer or cfg.data.tokenizer)
     corpus = load_corpus(data, tok, require_tgt=False, source_eos=cfg.data.source_eos)
     d = cfg.decode

@@ -6,7 +6,7 @@ point in ``synattn_trainer.variants.base``). Vanilla attention runs through the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -314,6 +314,26 @@ class Transformer(nn.Module):
                     )
                 opts[key] = value
         return opts
+
+    def ablate_fixed_heads(self, heads: Sequence[int]) -> int:
+        """Test-time ablation of fixed-pattern heads (seed 001 §5), in eval mode only; returns
+        how many modules it applies to.
+
+        Raises:
+            ValueError: the model has no fixed-pattern heads, or a head is out of range.
+        """
+        from synattn_trainer.variants.fixed import Fixed
+
+        fixed = [v for _, _, m in self.attention_modules() for v in m.variant.members()
+                 if isinstance(v, Fixed)]  # fmt: skip
+        if heads and not fixed:
+            raise ValueError("--ablate: this model has no fixed-pattern heads")
+        for v in fixed:
+            bad = [h for h in heads if not 0 <= h < v.heads]
+            if bad:
+                raise ValueError(f"--ablate: heads {bad} out of range 0..{v.heads - 1}")
+            v.test_ablate = tuple(heads)
+        return len(fixed)
 
     def set_head_gates(self, gates: Tensor | None) -> None:
         """Gate every head's output: ``gates`` ``[B|1, G]`` (1 = on, 0 = masked), None = all on."""

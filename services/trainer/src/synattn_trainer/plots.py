@@ -52,9 +52,14 @@ def _grid(values: dict[str, float]) -> tuple[np.ndarray, list[str]]:
 
 
 def heatmap_png(
-    grid: np.ndarray, rows: list[str], title: str, out: Path, cols: list[str] | None = None
+    grid: np.ndarray,
+    rows: list[str],
+    title: str,
+    out: Path,
+    cols: list[str] | None = None,
+    spread: np.ndarray | None = None,
 ) -> Path:
-    """A labelled heatmap with values in the cells."""
+    """A labelled heatmap with values in the cells (``± spread`` beside each, when given)."""
     fig, ax = plt.subplots(figsize=(1.0 + 0.6 * grid.shape[1], 1.0 + 0.5 * grid.shape[0]))
     im = ax.imshow(
         grid, cmap="viridis", vmin=0.0, vmax=max(1.0, float(np.nanmax(grid))), aspect="auto"
@@ -71,7 +76,7 @@ def heatmap_png(
                 ax.text(
                     j,
                     i,
-                    f"{v:.2f}",
+                    f"{v:.2f}" if spread is None else f"{v:.2f}\n±{spread[i, j]:.2f}",
                     ha="center",
                     va="center",
                     fontsize=7,
@@ -86,8 +91,36 @@ def heatmap_png(
     return out
 
 
+def dev_gate_values(metrics: Path) -> tuple[int, dict[str, float], dict[str, float]] | None:
+    """The last ``gates_dev`` event: (update, mean per kind.layer.hN, std per kind.layer.hN)."""
+    found = None
+    for line in metrics.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        if rec.get("event") == "gates_dev":
+            found = rec
+    if found is None:
+        return None
+    means: dict[str, float] = {}
+    stds: dict[str, float] = {}
+    for key, value in found.items():
+        m = STAT.match(key)
+        if m:
+            kind, layer, stat, head = m.groups()
+            (means if stat == "gate" else stds)[f"{kind}.{layer}.h{head}"] = value
+    return int(found["update"]), means, stds
+
+
 def gate_heatmap(metrics: Path, out: Path, stat: str = "gate") -> Path:
-    """Layers x heads heatmap of the last logged values of ``stat`` (gated SLR: ``gate``)."""
+    """Layers x heads heatmap of gated SLR's gate: the dev-set mean in eval mode (seed 003
+    Fig. 3; each cell also shows the standard deviation over sentences) when the run logged
+    it, else the last training batch's values of ``stat``."""
+    dev = dev_gate_values(metrics) if stat == "gate" else None
+    if dev is not None:
+        update, means, stds = dev
+        grid, layers = _grid(means)
+        spread, _ = _grid(stds)
+        title = f"gate per layer and head, dev set, eval mode (update {update}); mean ± std"
+        return heatmap_png(grid, layers, title, out, spread=spread)
     history = variant_history(metrics).get(stat)
     if not history:
         raise ValueError(f"{metrics}: no '{stat}' values logged (is a gated variant configured?)")

@@ -362,10 +362,21 @@ class Trainer:
         if bar is not None:
             bar.close()
         averaged = self.average() if stopped not in ("interrupted", "cancelled") else None
+        if stopped not in ("interrupted", "cancelled") and self.rank == 0:
+            self._log_dev_gates()
         self.log({"event": "end", "update": self.update, "epoch": self.epoch, "stopped": stopped})
         return TrainResult(
             self.update, self.epoch, self.best_valid, ck.latest(self.ckpt_dir), averaged, stopped
         )
+
+    def _log_dev_gates(self) -> None:
+        """Gated SLR: the gates over the dev set in eval mode (what seed 003 Fig. 3 shows),
+        logged as a ``gates_dev`` event; nothing for models without a gate."""
+        from synattn_trainer.analysis import dev_gates
+
+        gates = dev_gates(self.model, self.valid_data)
+        if gates:
+            self.log({"event": "gates_dev", "update": self.update, **gates})
 
     def _headmask_gates(self, batch: Batch, micro: int) -> Tensor | None:
         """HeadMask gates for one (micro-)batch: Random-N or Impt-N, the same for all sentences."""

@@ -62,9 +62,14 @@ class Fixed(AttentionVariant):
         learned = apply(learned_p, v[:, f:], ctx.dropout, ctx.dropout > 0)
         return torch.cat([fixed, learned], 1)
 
+    test_ablate: tuple[int, ...] = ()  # heads switched off at test time (never saved)
+
     def head_outputs(self, heads: Tensor, ctx: AttnContext) -> Tensor:
-        if not self.config.ablate:
+        """Ablation (seed 001 §5): the config's ``ablate`` acts always, training included;
+        ``test_ablate`` (``synattn translate --ablate``) only in eval mode."""
+        off = set(self.config.ablate) | (set() if self.training else set(self.test_ablate))
+        if not off:
             return heads
         gate = torch.ones(self.heads, device=heads.device, dtype=heads.dtype)
-        gate[self.config.ablate] = 0
+        gate[sorted(off)] = 0
         return heads * gate[None, :, None, None]
