@@ -2,9 +2,9 @@
 
 A small model (3+3 layers, d=128, 8 heads, m30k-tiny8's shape) trains on real Multi30k batches
 (~2,000 target tokens each, parsed once and cached under .cache/bench/variants); for each
-variant: warm-up updates, then timed updates (forward, backward, Adam step, including building
-the batch's syntax tensors). Prints target tokens/s, the median over repeats, and the ratio to
-vanilla (goal for bias/mask variants: >= 0.85).
+variant: warm-up updates, then timed updates of the trainer's own ``Trainer.step`` (building the
+batch's syntax tensors, HeadMask gates, forward, backward, Adam and the schedule). Prints target
+tokens/s, the median over repeats, and the ratio to vanilla (goal for bias/mask variants: 0.85).
 
     python bench/variants.py [--variants dea lpea ...] [--updates 12] [--repeats 3]
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,19 +22,17 @@ import torch
 from synattn_parser.batch import parse_corpus
 from synattn_shared.datasets import link_multi30k
 from synattn_shared.shards import ShardDataset
-from synattn_trainer import headmask
 from synattn_trainer.config import TrainConfig
-from synattn_trainer.data import load_corpus, make_batch, token_batches
-from synattn_trainer.model import Transformer
+from synattn_trainer.data import token_batches
 from synattn_trainer.presets import VARIANTS, merge
-from synattn_trainer.tokenizer import load_tokenizer, train_tokenizer
-from synattn_trainer.train import token_loss
+from synattn_trainer.tokenizer import train_tokenizer
+from synattn_trainer.train import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench" / "variants"
 
 KIND = {  # what the variant adds to the logits: the 0.85 goal is for bias/mask variants
-    "dea": "mask", "lpea": "bias", "slr-pure": "bias", "localness": "bias",
+    "dea": "mask", "lpea": "bias", "slr-pure": "bias", "localness": "bias", "8L": "no source </s>",
     "headmask-impt": "one extra forward+backward", "headmask-random": "gates",
     "1L": "one encoder head (d_h = d), fused SDPA",
 }  # fmt: skip
@@ -57,42 +56,24 @@ def prepare(data_dir: Path, pairs: int) -> Path:
     return out
 
 
-def headmask_gates(model: Transformer, cfg: TrainConfig, b, step: int):  # type: ignore[no-untyped-def]
-    """The trainer's HeadMask gates for this batch (Impt-N costs an extra forward+backward)."""
-    if cfg.headmask.mode == "none":
-        return None
-    n = max(1, round(0.125 * model.num_heads))
-    if cfg.headmask.mode == "random":
-        masked = headmask.random_heads(model.num_heads, n, 1, step, 0)
-    else:
-        imp = headmask.sentence_importance(
-            model, b, lambda m, x: headmask.per_sentence_loss(m, x, 0.1)
-        ).mean(0)
-        masked = headmask.select_important(imp, n)
-    return headmask.mask_gates(model.num_heads, masked, b.src.device)
-
-
-def measure(cfg: TrainConfig, corpus, vocab: int, batches: list[list[int]], warmup: int) -> float:  # type: ignore[no-untyped-def]
+def measure(cfg: TrainConfig, warmup: int, updates: int, max_tokens: int) -> float:
+    """Target tokens/s of ``Trainer.step`` (what training runs: batch building, HeadMask gates,
+    forward, backward, clipping, Adam, schedule) over the same batches for every variant."""
     torch.manual_seed(0)
-    model = Transformer(cfg, vocab).train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    feats, fopts = model.syntax_features(), model.feature_options()
-    tokens = 0
-    start = 0.0
-    for step, index in enumerate(batches):
-        if step == warmup:
-            start = time.perf_counter()
-            tokens = 0
-        b = make_batch(corpus, index, feats, fopts)
-        model.set_head_gates(headmask_gates(model, cfg, b, step))
-        loss, _ = token_loss(model(b.src, b.tgt_in, b.syntax), b.tgt_out, 0.1)
-        aux = model.aux_loss()
-        ((loss if aux is None else loss + aux) / b.ntokens).backward()
-        model.set_head_gates(None)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        tokens += b.ntokens
-    return tokens / (time.perf_counter() - start)
+    with tempfile.TemporaryDirectory(prefix="bench-variants-") as out:
+        trainer = Trainer(cfg, out, progress=False)
+        data = trainer.train_data
+        order = token_batches(
+            [len(s) for s in data.src], [len(t) - 1 for t in data.tgt], max_tokens, 1, 0
+        )
+        tokens = 0
+        start = 0.0
+        for step, index in enumerate(order[: warmup + updates]):
+            if step == warmup:
+                start = time.perf_counter()
+                tokens = 0
+            tokens += trainer.step([index]).tokens
+        return tokens / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -111,32 +92,29 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
     shards = prepare(args.data_dir, args.pairs)
-    tok = load_tokenizer(CACHE / f"tok{args.pairs}.json")
-    corpus = load_corpus(shards, tok, max_len=128)
-    order = token_batches(
-        [len(s) for s in corpus.src], [len(t) - 1 for t in corpus.tgt], args.max_tokens, 1, 0
-    )
-    batches = order[: args.warmup + args.updates]
     base = {
-        "data": {"train": str(shards), "valid": str(shards), "tokenizer": "unused"},
+        "data": {"train": str(shards), "valid": str(shards), "max_len": 128,
+                 "tokenizer": str(CACHE / f"tok{args.pairs}.json")},
         "model": {"enc_layers": 3, "dec_layers": 3, "d_model": 128, "d_ff": 512, "heads": 8},
-    }
+        "optim": {"lr": 1e-4, "warmup": 4000},
+    }  # fmt: skip
     names = ["vanilla", *[v for v in args.variants if v != "vanilla"]]
     rates: dict[str, list[float]] = {n: [] for n in names}
     for _ in range(args.repeats):  # interleaved, so drift hits every variant alike
         for name in names:
             cfg = TrainConfig.model_validate(merge(base, VARIANTS[name]))
-            rates[name].append(measure(cfg, corpus, tok.get_vocab_size(), batches, args.warmup))
+            rates[name].append(measure(cfg, args.warmup, args.updates, args.max_tokens))
     vanilla = statistics.median(rates["vanilla"])
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, device cpu; "
         f"{args.updates} timed updates of ~{args.max_tokens} tokens, median of {args.repeats}"
     )
-    print(f"{'variant':<12} {'tokens/s':>9} {'x vanilla':>9}  kind")
+    width = max(12, *map(len, names))
+    print(f"{'variant':<{width}} {'tokens/s':>9} {'x vanilla':>9}  kind")
     for name in names:
         med = statistics.median(rates[name])
         kind = KIND.get(name, "" if name == "vanilla" else "explicit attention")
-        print(f"{name:<12} {med:9.0f} {med / vanilla:9.2f}  {kind}")
+        print(f"{name:<{width}} {med:9.0f} {med / vanilla:9.2f}  {kind}")
 
 
 if __name__ == "__main__":

@@ -250,14 +250,23 @@ def corpus_and_tok(m30k: dict[str, Path]):  # type: ignore[no-untyped-def]
     return load_corpus(m30k["valid"], tok), tok
 
 
+def _every_registered_with_defaults() -> list[tuple[str, dict]]:  # type: ignore[type-arg]
+    from synattn_trainer.variants import REGISTRY
+
+    return [(n, {}) for n in sorted(REGISTRY) if not n.startswith("test-")]
+
+
+CONTRACT = [*_every_registered_with_defaults(), *VARIANTS]  # a new variant is in it by registering
+
+
 @pytest.mark.parametrize(
-    ("name", "options"), VARIANTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(VARIANTS)]
+    ("name", "options"), CONTRACT, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONTRACT)]
 )
 def test_every_variant_trains_and_ignores_padding(name, options, m30k, corpus_and_tok) -> None:  # type: ignore[no-untyped-def]
     corpus, tok = corpus_and_tok
     cfg = tiny_config(
         m30k,
-        model={"dropout": 0.0, "attn_dropout": 0.0},
+        model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8},
         attention={"enc_self": [{"name": name, "layers": [0], "options": options}]},
     )
     torch.manual_seed(0)

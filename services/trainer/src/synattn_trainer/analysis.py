@@ -13,11 +13,12 @@ import torch
 
 from synattn_shared.atomic import atomic_write_text
 from synattn_trainer import headmask
+from synattn_trainer.config import DecodeConfig
 from synattn_trainer.data import Corpus, load_corpus, make_batch, token_batches
-from synattn_trainer.decode import beam_search
+from synattn_trainer.decode import translate_corpus
 from synattn_trainer.evaluate import corpus_bleu
 from synattn_trainer.model import Transformer
-from synattn_trainer.tokenizer import EOS_ID, PAD_ID, decode, load_tokenizer
+from synattn_trainer.tokenizer import EOS_ID, PAD_ID, load_tokenizer
 from synattn_trainer.train import load_model
 
 
@@ -105,18 +106,13 @@ def confidence(model: Transformer, corpus: Corpus) -> np.ndarray:
 
 @torch.no_grad()
 def bleu_with_masked(
-    model: Transformer, corpus: Corpus, masked: list[int], tok: Any, beam: int, lenpen: float
+    model: Transformer, corpus: Corpus, masked: list[int], tok: Any, settings: DecodeConfig
 ) -> float:
     """Test BLEU with the given heads gated to 0 (same decoding as unmasked)."""
     model.eval()
     model.set_head_gates(headmask.mask_gates(model.num_heads, masked, corpus_device(model)))
     try:
-        hyps: list[str] = []
-        feats, opts = model.syntax_features(), model.feature_options()
-        for start in range(0, len(corpus), 100):
-            index = list(range(start, min(len(corpus), start + 100)))
-            b = make_batch(corpus, index, feats, opts)
-            hyps += decode(tok, beam_search(model, b.src, b.syntax, beam, lenpen))
+        hyps = translate_corpus(model, corpus, tok, settings)
     finally:
         model.set_head_gates(None)
     return corpus_bleu(hyps, corpus.refs).score
@@ -177,16 +173,13 @@ def analyze(
         schedule = headmask.masking_schedule(ranked, group_count)
         d = cfg.decode
         curves = {
-            order: [bleu_with_masked(model, test_data, m, tok, d.beam, d.lenpen) for m in masks]
+            order: [bleu_with_masked(model, test_data, m, tok, d) for m in masks]
             for order, masks in (
                 ("descending", schedule["descending"]),
                 ("ascending", schedule["ascending"]),
             )
         }
-        single = [
-            bleu_with_masked(model, test_data, g, tok, d.beam, d.lenpen)
-            for g in schedule["groups"]
-        ]
+        single = [bleu_with_masked(model, test_data, g, tok, d) for g in schedule["groups"]]
         result["groups"] = schedule["groups"]
         result["masking_curves"] = curves
         result["mask_one_group"] = single

@@ -6,7 +6,7 @@ and values of the prefix (``Transformer.decode_step``); a test checks it against
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +14,12 @@ from torch import Tensor
 
 from synattn_trainer.model import Encoded, Transformer, reorder_cache
 from synattn_trainer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from synattn_trainer.config import DecodeConfig
+    from synattn_trainer.data import Corpus
 
 
 def _max_len(src: Tensor, a: float, b: int) -> int:
@@ -154,3 +160,39 @@ def forced_scores(
     gold = tgt[:, 1:]
     tok = logp.gather(-1, gold.unsqueeze(-1)).squeeze(-1).masked_fill(gold.eq(PAD_ID), 0.0)
     return tok.sum(1).tolist()
+
+
+@torch.no_grad()
+def translate_corpus(
+    model: Transformer,
+    corpus: Corpus,
+    tok: Tokenizer,
+    settings: DecodeConfig,
+    *,
+    beam: int | None = None,
+    lenpen: float | None = None,
+    limit: int | None = None,
+    device: torch.device | None = None,
+) -> list[str]:
+    """The one translate loop: beam search over a corpus in batches of
+    ``settings.batch_sentences``, detokenised, in row order (``beam``/``lenpen`` override the
+    config's). The model is left in eval mode; callers that train restore train mode."""
+    from synattn_trainer.data import make_batch
+    from synattn_trainer.tokenizer import decode
+
+    model.eval()
+    n = len(corpus) if limit is None else min(limit, len(corpus))
+    feats, opts = model.syntax_features(), model.feature_options()
+    out: list[str] = []
+    for start in range(0, n, settings.batch_sentences):
+        index = list(range(start, min(n, start + settings.batch_sentences)))
+        b = make_batch(corpus, index, feats, opts)
+        if device is not None:
+            b = b.to(device)
+        ids = beam_search(
+            model, b.src, b.syntax, settings.beam if beam is None else beam,
+            settings.lenpen if lenpen is None else lenpen, settings.lenpen_form,
+            settings.max_len_a, settings.max_len_b,
+        )  # fmt: skip
+        out.extend(decode(tok, ids))
+    return out

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from synattn_trainer.data import load_corpus, make_batch
-from synattn_trainer.decode import beam_search, forced_scores
-from synattn_trainer.tokenizer import decode, load_tokenizer
+from synattn_trainer.decode import forced_scores, translate_corpus
+from synattn_trainer.tokenizer import load_tokenizer
 from synattn_trainer.train import load_model
 
 
@@ -37,18 +37,9 @@ def translate_split(
     model.ablate_fixed_heads(ablate)
     tok = load_tokenizer(tokenizer or cfg.data.tokenizer)
     corpus = load_corpus(data, tok, require_tgt=False, source_eos=cfg.data.source_eos)
-    d = cfg.decode
-    features = model.syntax_features()
-    out: list[str] = []
-    for start in range(0, len(corpus), d.batch_sentences):
-        index = list(range(start, min(len(corpus), start + d.batch_sentences)))
-        b = make_batch(corpus, index, features, model.feature_options()).to(device)
-        ids = beam_search(
-            model, b.src, b.syntax, beam or d.beam, d.lenpen if lenpen is None else lenpen,
-            d.lenpen_form, d.max_len_a, d.max_len_b,
-        )  # fmt: skip
-        out.extend(decode(tok, ids))
-    return out
+    return translate_corpus(
+        model, corpus, tok, cfg.decode, beam=beam, lenpen=lenpen, device=device
+    )
 
 
 def score_split(checkpoint: Path, data: Path) -> list[float]:

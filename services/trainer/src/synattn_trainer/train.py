@@ -13,7 +13,8 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
@@ -96,6 +97,37 @@ def update_loss(
     return total * n / global_tokens, float(loss.detach()), float(nll.detach())
 
 
+class Stop(StrEnum):
+    """Why a run stopped (a ``str``: logged and compared as its value)."""
+
+    MAX_UPDATES = "max_updates"
+    MAX_EPOCHS = "max_epochs"
+    PATIENCE = "patience"
+    INTERRUPTED = "interrupted"  # stop_after_updates (tests of resume)
+    CANCELLED = "cancelled"  # should_stop: a job's cancel flag, or a worker shutting down
+
+
+@dataclass
+class StepStats:
+    """One update: summed label-smoothed loss and NLL over its target tokens (this rank)."""
+
+    loss: float
+    nll: float
+    tokens: int
+
+
+@dataclass
+class _Clock:
+    """Target tokens since the loop started, for the logged tokens/s."""
+
+    world: int
+    tokens: int = 0
+    t0: float = field(default_factory=time.perf_counter)
+
+    def rate(self) -> float:
+        return self.tokens * self.world / (time.perf_counter() - self.t0)
+
+
 @dataclass
 class TrainResult:
     """Where a run ended."""
@@ -105,7 +137,7 @@ class TrainResult:
     best_valid_loss: float
     checkpoint: Path | None
     averaged: Path | None
-    stopped: str  # "max_updates", "max_epochs", "patience", "interrupted", "cancelled"
+    stopped: Stop
 
 
 class Trainer:
@@ -253,10 +285,32 @@ class Trainer:
         """Train until a limit; ``stop_after_updates`` ends early (tests of resume), and
         ``should_stop`` is checked between updates (job cancellation)."""
         cfg = self.cfg
-        resumed = self.resume()
+        self._start(self.resume())
+        clock = _Clock(self.world)
+        bar = self._progress_bar()
+        # a finished run, resumed: no more steps
+        stop: Stop | None = Stop.MAX_UPDATES if self.update >= cfg.train.max_updates else None
+        while stop is None and self.epoch < cfg.train.max_epochs:
+            stop = self._run_epoch(clock, bar, stop_after_updates, should_stop, on_update)
+            if stop in (Stop.INTERRUPTED, Stop.CANCELLED):
+                self.save()
+                break
+            if stop is None:  # the epoch ran to its end
+                self.epoch += 1
+                self.position = 0
+            self._end_of_epoch()
+            if stop is None and cfg.train.patience and self.bad_epochs >= cfg.train.patience:
+                stop = Stop.PATIENCE
+        stop = stop or Stop.MAX_EPOCHS
+        if bar is not None:
+            bar.close()
+        return self._finish(stop)
+
+    def _start(self, resumed: bool) -> None:
+        """Write the config and log the start of a run (or of its resumption)."""
         if self.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.out / "config.json", cfg.model_dump_json(indent=2))
+            atomic_write_text(self.out / "config.json", self.cfg.model_dump_json(indent=2))
         self.log(
             {
                 "event": "start",
@@ -269,104 +323,115 @@ class Trainer:
                 "world": self.world,
             }
         )
-        stopped = "max_epochs"
-        finished = self.update >= cfg.train.max_updates  # a finished run, resumed: no more steps
-        if finished:
-            stopped = "max_updates"
-        bar = None
-        if self.progress:
-            from tqdm import tqdm
 
-            bar = tqdm(total=cfg.train.max_updates, initial=self.update, unit="upd", disable=None)
-        tokens_seen = 0
-        t0 = time.perf_counter()
-        while not finished and self.epoch < cfg.train.max_epochs:
-            it = EpochIterator(
-                self.train_data, cfg.data.max_tokens, cfg.train.seed, self.epoch,
-                self.position, self.rank, self.world,
-            )  # fmt: skip
-            self.model.train()
-            pending: list[list[int]] = []
-            for index in it:
-                pending.append(index)
-                if len(pending) < cfg.optim.accumulate:
-                    continue
-                self.model.state.update(update=self.update, epoch=self.epoch)
-                batches = [
-                    make_batch(self.train_data, b, self.features, self.feature_opts).to(
-                        self.device
-                    )
-                    for b in pending
-                ]
-                pending = []
-                global_tokens = global_sum(sum(b.ntokens for b in batches), self.device)
-                loss_sum = nll_sum = 0.0
-                for micro, b in enumerate(batches):
-                    self.model.set_head_gates(self._headmask_gates(b, micro))
-                    try:
-                        raw, nll = self._forward_backward(b, global_tokens)
-                    finally:
-                        self.model.set_head_gates(None)
-                    loss_sum += raw
-                    nll_sum += nll
-                if cfg.optim.clip_norm > 0:
-                    nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)
-                self.optim.step()
-                self.sched.step()
-                self.optim.zero_grad(set_to_none=True)
-                self.update += 1
-                self.position = it.position
-                local_tokens = sum(b.ntokens for b in batches)
-                tokens_seen += local_tokens
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss_sum / max(local_tokens, 1):.3f}", ep=self.epoch)
-                if self.update % cfg.train.log_every == 0 or self.update == 1:
-                    rec = {
-                        "event": "update", "update": self.update, "epoch": self.epoch,
-                        "loss": loss_sum / max(local_tokens, 1),
-                        "nll": nll_sum / max(local_tokens, 1),
-                        "lr": self.sched.get_last_lr()[0],
-                        "tokens_per_s": tokens_seen * self.world / (time.perf_counter() - t0),
-                    }  # fmt: skip
-                    self.log(rec)
-                    stats = self.model.variant_stats()
-                    if stats:
-                        self.log({"event": "variants", "update": self.update, **stats})
-                    if on_update is not None:
-                        on_update(rec)
-                every = cfg.train.checkpoint_every_updates
-                if every and self.update % every == 0:
-                    self.save()
-                if self.update >= cfg.train.max_updates:
-                    stopped = "max_updates"
-                    break
-                if stop_after_updates is not None and self.update >= stop_after_updates:
-                    stopped = "interrupted"
-                    break
-                if should_stop is not None and should_stop():
-                    stopped = "cancelled"
-                    break
-            if stopped in ("interrupted", "cancelled"):
+    def _progress_bar(self) -> Any:
+        if not self.progress:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(
+            total=self.cfg.train.max_updates, initial=self.update, unit="upd", disable=None
+        )
+
+    def _run_epoch(
+        self,
+        clock: _Clock,
+        bar: Any,
+        stop_after_updates: int | None,
+        should_stop: Callable[[], bool] | None,
+        on_update: Callable[[dict[str, Any]], None] | None,
+    ) -> Stop | None:
+        """The rest of the current epoch, one update per ``accumulate`` batches; why it stopped
+        early, or None when the epoch ran to its end."""
+        cfg = self.cfg
+        it = EpochIterator(
+            self.train_data, cfg.data.max_tokens, cfg.train.seed, self.epoch,
+            self.position, self.rank, self.world,
+        )  # fmt: skip
+        self.model.train()
+        pending: list[list[int]] = []
+        for index in it:
+            pending.append(index)
+            if len(pending) < cfg.optim.accumulate:
+                continue
+            stats = self.step(pending)
+            pending = []
+            self.position = it.position
+            clock.tokens += stats.tokens
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{stats.loss / max(stats.tokens, 1):.3f}", ep=self.epoch)
+            self._log_update(stats, clock, on_update)
+            every = cfg.train.checkpoint_every_updates
+            if every and self.update % every == 0:
                 self.save()
-                break
-            if stopped != "max_updates":
-                self.epoch += 1
-                self.position = 0
-            self._end_of_epoch()
-            if stopped == "max_updates":
-                break
-            if cfg.train.patience and self.bad_epochs >= cfg.train.patience:
-                stopped = "patience"
-                break
-        if bar is not None:
-            bar.close()
-        averaged = self.average() if stopped not in ("interrupted", "cancelled") else None
-        if stopped not in ("interrupted", "cancelled") and self.rank == 0:
+            if self.update >= cfg.train.max_updates:
+                return Stop.MAX_UPDATES
+            if stop_after_updates is not None and self.update >= stop_after_updates:
+                return Stop.INTERRUPTED
+            if should_stop is not None and should_stop():
+                return Stop.CANCELLED
+        return None
+
+    def step(self, group: list[list[int]]) -> StepStats:
+        """One update from ``accumulate`` batches of training-row indices: forward and backward
+        of each (HeadMask gates, mixed precision), clipping, the optimiser and the schedule.
+        Benchmarks call this too, so they time exactly what training does."""
+        cfg = self.cfg
+        self.model.state.update(update=self.update, epoch=self.epoch)
+        batches = [
+            make_batch(self.train_data, b, self.features, self.feature_opts).to(self.device)
+            for b in group
+        ]
+        global_tokens = global_sum(sum(b.ntokens for b in batches), self.device)
+        loss_sum = nll_sum = 0.0
+        for micro, b in enumerate(batches):
+            self.model.set_head_gates(self._headmask_gates(b, micro))
+            try:
+                raw, nll = self._forward_backward(b, global_tokens)
+            finally:
+                self.model.set_head_gates(None)
+            loss_sum += raw
+            nll_sum += nll
+        if cfg.optim.clip_norm > 0:
+            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)
+        self.optim.step()
+        self.sched.step()
+        self.optim.zero_grad(set_to_none=True)
+        self.update += 1
+        return StepStats(loss_sum, nll_sum, sum(b.ntokens for b in batches))
+
+    def _log_update(
+        self,
+        stats: StepStats,
+        clock: _Clock,
+        on_update: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        if not (self.update % self.cfg.train.log_every == 0 or self.update == 1):
+            return
+        rec = {
+            "event": "update", "update": self.update, "epoch": self.epoch,
+            "loss": stats.loss / max(stats.tokens, 1),
+            "nll": stats.nll / max(stats.tokens, 1),
+            "lr": self.sched.get_last_lr()[0],
+            "tokens_per_s": clock.rate(),
+        }  # fmt: skip
+        self.log(rec)
+        variant_stats = self.model.variant_stats()
+        if variant_stats:
+            self.log({"event": "variants", "update": self.update, **variant_stats})
+        if on_update is not None:
+            on_update(rec)
+
+    def _finish(self, stop: Stop) -> TrainResult:
+        """Average, log the dev-set gates and the end; what the run produced."""
+        done = stop not in (Stop.INTERRUPTED, Stop.CANCELLED)
+        averaged = self.average() if done else None
+        if done and self.rank == 0:
             self._log_dev_gates()
-        self.log({"event": "end", "update": self.update, "epoch": self.epoch, "stopped": stopped})
+        self.log({"event": "end", "update": self.update, "epoch": self.epoch, "stopped": stop})
         return TrainResult(
-            self.update, self.epoch, self.best_valid, ck.latest(self.ckpt_dir), averaged, stopped
+            self.update, self.epoch, self.best_valid, ck.latest(self.ckpt_dir), averaged, stop
         )
 
     def _log_dev_gates(self) -> None:
@@ -444,32 +509,16 @@ class Trainer:
             "valid_ppl": math.exp(min(nll_sum / tokens, 50)),
         }
 
-    @torch.no_grad()
     def translate(self, data: Corpus, limit: int | None = None) -> list[str]:
-        """Beam-search translations of a split (detokenised)."""
-        from synattn_trainer.decode import beam_search
-        from synattn_trainer.tokenizer import decode
+        """Beam-search translations of a split (detokenised), with the config's decoding."""
+        from synattn_trainer.decode import translate_corpus
 
-        self.model.eval()
-        n = len(data) if limit is None else min(limit, len(data))
-        d = self.cfg.decode
-        out: list[str] = []
-        for start in range(0, n, d.batch_sentences):
-            index = list(range(start, min(n, start + d.batch_sentences)))
-            b = make_batch(data, index, self.features, self.feature_opts).to(self.device)
-            ids = beam_search(
-                self.model,
-                b.src,
-                b.syntax,
-                d.beam,
-                d.lenpen,
-                d.lenpen_form,
-                d.max_len_a,
-                d.max_len_b,
+        try:
+            return translate_corpus(
+                self.model, data, self.tok, self.cfg.decode, limit=limit, device=self.device
             )
-            out.extend(decode(self.tok, ids))
-        self.model.train()
-        return out
+        finally:
+            self.model.train()
 
     def average(self) -> Path | None:
         """Average the last N checkpoints into ``averaged.pt`` (model weights and config)."""
