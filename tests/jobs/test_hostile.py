@@ -484,3 +484,22 @@ def test_the_cli_refuses_the_same_bad_input_with_one_line(embedded: Env) -> None
     bad = embedded.cli("experiment", "run", str(g), check=False)
     assert bad.returncode == 2 and "limit is 200" in bad.stderr
     assert os.environ.get("SYNATTN_MAX_GRID_JOBS") is None
+
+
+def test_a_grid_file_names_its_config_relative_to_itself(embedded: Env) -> None:
+    """``examples/experiments/x.yaml`` naming ``../configs/tiny.yaml`` is how ``make demo``
+    works: resolved against the grid's folder, then confined to the data root like any path."""
+    folder = embedded.root / "experiments"
+    folder.mkdir(exist_ok=True)
+    good = folder / "relative.yaml"
+    good.write_text(yaml.safe_dump(grid(name="rel", config="../configs/tiny.yaml")))
+    ok = embedded.cli("experiment", "run", str(good), check=False)
+    assert ok.returncode == 0, ok.stderr
+    bad = folder / "escape.yaml"
+    bad.write_text(yaml.safe_dump(grid(name="esc", config="../" * 12 + "etc/passwd")))
+    refused = embedded.cli("experiment", "run", str(bad), check=False)
+    assert refused.returncode == 2 and "outside the data root" in refused.stderr
+    nul = folder / "nul.yaml"
+    nul.write_text(yaml.safe_dump(grid(name="nul", config="configs/\x00.yaml")))
+    refused = embedded.cli("experiment", "run", str(nul), check=False)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1

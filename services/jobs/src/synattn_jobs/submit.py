@@ -23,7 +23,7 @@ from synattn_jobs.specs import (
     inside_root,
 )
 from synattn_jobs.store import Experiment, Job, JobStore, new_id
-from synattn_shared.paths import UnsafePath, slug
+from synattn_shared.paths import UnsafePath, check_path_text, slug
 
 
 def _enqueue(job: Job) -> None:
@@ -111,9 +111,15 @@ def load_experiment_file(path: Path) -> ExperimentSpec:
     if not isinstance(raw, dict):
         raise BadJobSpec(f"{path}: an experiment is a mapping, not a {type(raw).__name__}")
     if isinstance(raw.get("config"), str):
-        cfg = Path(raw["config"])
-        if not cfg.is_absolute() and "\x00" not in raw["config"]:
-            raw["config"] = str(path.parent / cfg)
+        # relative to the grid file (a local file: "../configs/x.yaml" is fine); the result is
+        # still confined to the data root when the grid is submitted
+        try:
+            check_path_text(raw["config"], "config")
+            cfg = Path(raw["config"])
+            if not cfg.is_absolute():
+                raw["config"] = str((path.parent / cfg).resolve())
+        except (UnsafePath, OSError, RuntimeError) as exc:
+            raise BadJobSpec(f"{path}: {exc}") from None
     try:
         return ExperimentSpec.model_validate(raw)
     except ValidationError as exc:
