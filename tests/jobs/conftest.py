@@ -218,15 +218,15 @@ def h(token: str) -> dict[str, str]:
 
 
 @contextmanager
-def serving(env: Env) -> Iterator[tuple[str, str, Env]]:
-    """A real ``synattn serve-jobs`` over ``env`` (short header and body deadlines) and a user
-    token named ``tester``."""
+def serving(env: Env, **settings: str) -> Iterator[tuple[str, str, Env]]:
+    """A real ``synattn serve-jobs`` over ``env`` (short header and body deadlines, plus any
+    ``SYNATTN_*`` ``settings``) and a user token named ``tester``."""
     port = free_port()
     log = open(env.home / "api.log", "wb")  # noqa: SIM115
+    limits = {"SYNATTN_HEADER_TIMEOUT_S": "2", "SYNATTN_BODY_TIMEOUT_S": "3", **settings}
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("synattn")), "serve-jobs", "--port", str(port)],
-        env={**env.env, "SYNATTN_HEADER_TIMEOUT_S": "2", "SYNATTN_BODY_TIMEOUT_S": "3"},
-        stdout=log, stderr=subprocess.STDOUT,
+        env={**env.env, **limits}, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.hostile import closed_within, status_of
-from tests.jobs.conftest import Env, h
+from tests.jobs.conftest import Env, h, serving
 
 API = tuple[str, str, Env]
 TINY = "configs/tiny.yaml"
@@ -437,35 +437,13 @@ def test_a_locked_store_does_not_stall_other_routes(shared_api: API) -> None:
 
 def test_a_stream_ends_after_its_time_limit(embedded: Env) -> None:
     """``SYNATTN_EVENTS_MAX_S``: an idle follower is let go."""
-    from tests.conftest import free_port
-
-    port = free_port()
-    env = {**embedded.env, "SYNATTN_EVENTS_MAX_S": "1"}
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("synattn")), "serve-jobs", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(200):
-            try:
-                if httpx.get(f"{base}/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        token = embedded.cli("token", "create", "t").stdout.strip()
+    with serving(embedded, SYNATTN_EVENTS_MAX_S="1") as (base, token, _):
         job = train(base, token, {"spec": {"config": TINY}}).json()
         start = time.monotonic()
         with httpx.stream("GET", f"{base}/v1/jobs/{job['id']}/events?interval=0.2",
                           headers=h(token), timeout=20) as s:  # fmt: skip
             body = "".join(s.iter_text())
         assert "event: timeout" in body and time.monotonic() - start < 10
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_the_cli_refuses_the_same_bad_input_with_one_line(embedded: Env) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
-from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.variant_options import DeaConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
-from synattn_trainer.variants.common import head_mask, on_heads
+from synattn_trainer.variants.common import on_heads
 
 
 @register("dea", DeaConfig)
@@ -18,12 +16,6 @@ class Dea(AttentionVariant):
     config: DeaConfig
 
     features = ("dea_bias",)
-
-    def __init__(
-        self, config: DeaConfig, model: ModelConfig, kind: AttentionType, layer: int
-    ) -> None:
-        super().__init__(config, model, kind, layer)
-        head_mask(config.heads, model.heads, torch.device("cpu"))  # validates the head list
 
     def logit_bias(self, q: Tensor, k: Tensor, ctx: AttnContext) -> Tensor | None:
         return on_heads(ctx.syntax["dea_bias"][:, None], self.config.heads, self.heads)

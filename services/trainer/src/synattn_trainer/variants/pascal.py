@@ -7,7 +7,6 @@ import math
 import torch
 from torch import Tensor
 
-from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.variant_options import PascalConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
 from synattn_trainer.variants.common import apply, head_mask, logits_of, softmax
@@ -18,12 +17,6 @@ class Pascal(AttentionVariant):
     config: PascalConfig
 
     features = ("pascal_centre",)
-
-    def __init__(
-        self, config: PascalConfig, model: ModelConfig, kind: AttentionType, layer: int
-    ) -> None:
-        super().__init__(config, model, kind, layer)
-        head_mask(config.heads, model.heads, torch.device("cpu"))
 
     def density(self, centres: Tensor, tk: int) -> Tensor:
         """``N_sj`` ``[B, T, T]``: normal density around each query's centre."""
