@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 PROJECTS := shared/pyproject.toml services/parser/pyproject.toml services/trainer/pyproject.toml \
 	services/jobs/pyproject.toml
 
-.PHONY: venv demo test lint pytest bench clean
+.PHONY: venv data demo test lint pytest bench clean
 
 venv: $(STAMP)
 
@@ -25,6 +25,22 @@ $(STAMP): $(PROJECTS) requirements-dev.txt
 DATA_DIR ?= ../shared/data
 DEMO_PAIRS ?= 6000
 M30K := $(DEMO_OUT)/m30k
+
+# Multi30k parsed for the full-size configs (examples/configs/m30k-*.yaml): train (29k pairs),
+# valid and test2016 with spaCy, and the joint 8k BPE vocabulary. Resumable: finished shards
+# are kept, and the vocabulary is learned once.
+M30K_DATA ?= build/m30k
+data: venv
+	$(BIN)/python -m synattn_shared.datasets --data-dir $(DATA_DIR) --out $(M30K_DATA)/raw
+	$(BIN)/synattn parse --src $(M30K_DATA)/raw/train.en.gz --tgt $(M30K_DATA)/raw/train.de.gz \
+		--out $(M30K_DATA)/train --workers 2 --rows-per-shard 5000
+	$(BIN)/synattn parse --src $(M30K_DATA)/raw/val.en.gz --tgt $(M30K_DATA)/raw/val.de.gz \
+		--out $(M30K_DATA)/valid
+	$(BIN)/synattn parse --src $(M30K_DATA)/raw/test_2016_flickr.en.gz \
+		--tgt $(M30K_DATA)/raw/test_2016_flickr.de.gz --out $(M30K_DATA)/test2016
+	test -f $(M30K_DATA)/tokenizer.json || $(BIN)/synattn tokenizer train \
+		--data $(M30K_DATA)/train --data $(M30K_DATA)/valid \
+		--out $(M30K_DATA)/tokenizer.json --vocab-size 8000
 
 # parse a Multi30k subset, learn the vocabulary, then an experiment (vanilla, dea, slr-gated)
 # through the embedded queue and worker: train, translate, score, compare, report

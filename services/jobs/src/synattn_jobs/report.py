@@ -1,9 +1,11 @@
 """Comparison of an experiment's runs: a table (terminal and JSON) and an HTML report.
 
-Per variant (and hyper-parameter combination): BLEU mean and standard deviation over seeds,
-the paired-bootstrap p-value against the baseline (sacreBLEU; seeds pooled: each seed's output
-is paired with the baseline's output of the same seed and the pairs are concatenated), chrF,
-parameters and median training tokens/s. The HTML report embeds loss curves and, where a run
+Per variant (and hyper-parameter combination): BLEU mean and standard deviation over seeds;
+against its baseline the mean per-seed difference, a paired t-test over seeds, the paired
+bootstrap (sacreBLEU; seeds pooled: each seed's output is paired with the baseline's output of
+the same seed and the pairs are concatenated) and the verdict both must agree on
+(``synattn_jobs.verdict``); chrF, parameters and median training tokens/s. Fewer than three
+seeds print a warning in words. The HTML report embeds loss curves and, where a run
 logged them, gate and head-label heatmaps.
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from synattn_jobs.store import Experiment, Job
+from synattn_jobs.verdict import ALPHA, compare_seeds, seed_warning
 from synattn_shared.atomic import atomic_write_text, atomic_write_with
 
 
@@ -32,20 +35,56 @@ def _group_key(job: Job) -> str:
     return f"{job.variant}" + (f" [{tag}]" if tag else "")
 
 
-def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[str, Any]:
-    """The table's rows: one per variant x hyper-parameters, seeds aggregated."""
+def _pooled_bootstrap(done: list[Job], base_jobs: dict[int, Job], samples: int) -> float | None:
+    """sacreBLEU's paired bootstrap p-value over every seed's output, each paired with the
+    baseline's output of the same seed (pairs concatenated)."""
     from synattn_trainer.evaluate import paired_bootstrap
 
+    sys_h: list[str] = []
+    base_h: list[str] = []
+    refs: list[str] = []
+    for j in done:
+        b = base_jobs.get(j.seed) if j.seed is not None else None
+        if b is None or b.state != "succeeded" or "hyp" not in (b.result or {}):
+            continue
+        h, bh, r = (
+            _lines(j.result.get("hyp")),
+            _lines(b.result["hyp"]),
+            _lines(j.result.get("ref")),
+        )
+        if h and len(h) == len(bh) == len(r):
+            sys_h += h
+            base_h += bh
+            refs += r
+    return paired_bootstrap(sys_h, base_h, refs, samples).p_value if refs else None
+
+
+def _succeeded(members: list[Job]) -> list[Job]:
+    return [j for j in members if j.state == "succeeded" and "bleu" in (j.result or {})]
+
+
+def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[str, Any]:
+    """The table's rows: one per variant x hyper-parameters, seeds aggregated, each measured
+    against its baseline (the experiment's, or the variant's own from ``baselines``) with a
+    verdict that needs the seed test and the bootstrap to agree (``synattn_jobs.verdict``)."""
     groups: dict[str, list[Job]] = defaultdict(list)
     for job in jobs:
         groups[_group_key(job)].append(job)
-    base_jobs = {j.seed: j for j in jobs if j.variant == exp.baseline and not j.params} or {
-        j.seed: j for j in jobs if j.variant == exp.baseline
-    }
+    own_baselines: dict[str, str] = dict(exp.spec.get("baselines") or {})
+    baseline_names = {exp.baseline, *own_baselines.values()}
+
+    def seeds_of(variant: str) -> dict[int, Job]:
+        named = [j for j in jobs if j.variant == variant and j.seed is not None]
+        plain = [j for j in named if not j.params]
+        return {j.seed: j for j in (plain or named) if j.seed is not None}
+
     rows = []
     for key, members in groups.items():
-        done = [j for j in members if j.state == "succeeded" and "bleu" in (j.result or {})]
+        done = _succeeded(members)
         bleus = [j.result["bleu"] for j in done]
+        variant = members[0].variant or key
+        is_baseline = variant in baseline_names and not any(j.params for j in members)
+        vs = own_baselines.get(variant, exp.baseline)
         row: dict[str, Any] = {
             "variant": key,
             "runs": len(members),
@@ -53,6 +92,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             "states": sorted({j.state for j in members}),
             "bleu_mean": statistics.fmean(bleus) if bleus else None,
             "bleu_std": statistics.stdev(bleus) if len(bleus) > 1 else None,  # one seed: no std
+            "bleu_by_seed": {str(j.seed): j.result["bleu"] for j in done},
             "chrf_mean": statistics.fmean(j.result["chrf"] for j in done) if done else None,
             "parameters": done[0].result.get("parameters") if done else None,
             "tokens_per_s": statistics.median(
@@ -60,42 +100,45 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             )
             if done
             else None,
-            "p_value": None,
-            "is_baseline": all(j.variant == exp.baseline for j in members)
-            and not any(j.params for j in members),
+            "is_baseline": is_baseline,
+            "vs": None if is_baseline else vs,
+            "delta": None,
+            "seed_p": None,
+            "p_value": None,  # the paired bootstrap's
+            "verdict": None,
             "jobs": [j.id for j in members],
         }
-        if done and not row["is_baseline"]:
-            sys_h: list[str] = []
-            base_h: list[str] = []
-            refs: list[str] = []
-            for j in done:
-                b = base_jobs.get(j.seed)
-                if b is None or b.state != "succeeded" or "hyp" not in (b.result or {}):
-                    continue
-                h, bh, r = (
-                    _lines(j.result.get("hyp")),
-                    _lines(b.result["hyp"]),
-                    _lines(j.result.get("ref")),
-                )
-                if h and len(h) == len(bh) == len(r):
-                    sys_h += h
-                    base_h += bh
-                    refs += r
-            if refs:
-                row["p_value"] = paired_bootstrap(sys_h, base_h, refs, bootstrap).p_value
+        if done and not is_baseline:
+            base_jobs = seeds_of(vs)
+            boot = _pooled_bootstrap(done, base_jobs, bootstrap)
+            cmp = compare_seeds(
+                {j.seed: j.result["bleu"] for j in done if j.seed is not None},
+                {s: b.result["bleu"] for s, b in base_jobs.items() if _succeeded([b])},
+                boot,
+            )
+            row["p_value"] = boot
+            if cmp is not None:
+                row.update(
+                    delta=cmp.mean_diff, seed_p=cmp.seed_p, verdict=str(cmp.verdict),
+                    diffs=dict(zip(map(str, cmp.seeds), cmp.diffs, strict=True)),
+                )  # fmt: skip
         rows.append(row)
     rows.sort(key=lambda r: (not r["is_baseline"], r["variant"]))
     signature = next(
         (j.result.get("bleu_signature") for j in jobs if (j.result or {}).get("bleu_signature")),
         None,
     )
+    seeds = sorted(set(exp.spec.get("seeds") or []))
+    warning = seed_warning(len(seeds))
     return {
         "experiment": exp.id,
         "name": exp.name,
         "baseline": exp.baseline,
+        "baselines": own_baselines,
         "split": exp.spec.get("evaluate", {}).get("split", "valid"),
-        "seeds": exp.spec.get("seeds"),
+        "seeds": seeds,
+        "alpha": ALPHA,
+        "warnings": [warning] if warning else [],
         "rows": rows,
         "signature": signature,
     }
@@ -107,8 +150,8 @@ def _fmt(v: Any, spec: str) -> str:
 
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
     """Formatted cells (header first), shared by the terminal and the HTML table."""
-    out = [["variant", "runs", "BLEU", "± std", "p vs " + report["baseline"], "chrF", "params",
-            "tok/s"]]  # fmt: skip
+    out = [["variant", "runs", "BLEU", "± std", "vs", "Δ BLEU", "p (seeds)", "p (bootstrap)",
+            "verdict", "chrF", "params", "tok/s"]]  # fmt: skip
     for r in report["rows"]:
         runs = f"{r['succeeded']}/{r['runs']}"
         if r["succeeded"] < r["runs"]:
@@ -116,7 +159,8 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
         out.append(
             [r["variant"] + (" (baseline)" if r["is_baseline"] else ""), runs,
              _fmt(r["bleu_mean"], ".2f"), _fmt(r["bleu_std"], ".2f"),
-             "-" if r["is_baseline"] else _fmt(r["p_value"], ".4f"),
+             r.get("vs") or "-", _fmt(r.get("delta"), "+.2f"), _fmt(r.get("seed_p"), ".4f"),
+             _fmt(r["p_value"], ".4f"), r.get("verdict") or "-",
              _fmt(r["chrf_mean"], ".2f"), _fmt(r["parameters"], ",d"),
              _fmt(r["tokens_per_s"], ".0f")]
         )  # fmt: skip
@@ -136,7 +180,10 @@ def print_table(report: dict[str, Any]) -> None:
         t.add_column(h, justify="left" if i == 0 else "right")
     for r in rows[1:]:
         t.add_row(*r)
-    Console(width=140).print(t)
+    console = Console(width=160)
+    console.print(t)
+    for warning in report.get("warnings", []):
+        console.print(f"[bold yellow]warning:[/] {warning}")
 
 
 def _png_b64(path: Path) -> str:

@@ -78,6 +78,12 @@ class ExperimentSpec(Spec):
     name: Slug
     config: PathText
     baseline: Slug = "vanilla"
+    baselines: dict[Slug, Slug] = Field(
+        default_factory=dict,
+        max_length=200,
+        description="a variant's own baseline where it is not ``baseline`` (for example a "
+        "paper's systems trained without a source </s> against 8L)",
+    )
     variants: (
         Annotated[list[Slug], Field(min_length=1, max_length=200)]
         | Annotated[dict[Slug, dict[str, Any]], Field(min_length=1, max_length=200)]
@@ -112,8 +118,14 @@ class ExperimentSpec(Spec):
             raise BadJobSpec(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
         return {v: VARIANTS[v] for v in self.variants}
 
+    def baseline_of(self, variant: str) -> str:
+        """The variant a row of the comparison is measured against."""
+        return self.baselines.get(variant, self.baseline)
+
     def expand(self, max_jobs: int) -> list[dict[str, Any]]:
-        """One training job per (variant, seed, hyper-parameter combination).
+        """One training job per (variant, seed, hyper-parameter combination), seed-major: the
+        first seed of every variant is queued before any second seed, so that a run cut short
+        still compares every system.
 
         Raises:
             BadJobSpec: more than ``max_jobs`` jobs, an unknown preset, or a job name that is
@@ -127,15 +139,20 @@ class ExperimentSpec(Spec):
         fragments = self.variant_fragments()
         if self.baseline not in fragments:
             raise BadJobSpec(f"baseline {self.baseline!r} is not one of the variants")
+        for variant, base in self.baselines.items():
+            if variant not in fragments or base not in fragments:
+                raise BadJobSpec(
+                    f"baselines: {variant!r} -> {base!r} names a variant the grid does not have"
+                )
         keys = sorted(self.params)
         combos = [
             dict(zip(keys, vals, strict=True))
             for vals in itertools.product(*(self.params[k] for k in keys))
         ]
         jobs = []
-        for variant, fragment in fragments.items():
-            for combo in combos or [{}]:
-                for seed in dict.fromkeys(self.seeds):
+        for seed in dict.fromkeys(self.seeds):
+            for variant, fragment in fragments.items():
+                for combo in combos or [{}]:
                     tag = "-".join(f"{k.split('.')[-1]}{_grid_text(v)}" for k, v in combo.items())
                     name = f"{variant}-s{seed}" + (f"-{tag}" if tag else "")
                     try:

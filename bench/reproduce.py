@@ -1,0 +1,223 @@
+"""Run an experiment file through the job queue and publish its results into ``results/<name>/``.
+
+The reproduction study's driver (README, "The papers' claims, measured here"). It queues the
+experiment on the embedded queue under ``--home`` (or finds it there from an earlier call),
+starts ``--workers`` worker processes with ``--threads`` threads each, and every time a run
+finishes writes into ``results/<name>/``: ``report.json`` and ``report.html`` with their
+figures, each run's translations of the evaluation split, and ``run.json`` (the command, the
+budget, the git commit, the hardware, each run's wall time). Checkpoints stay under ``--home``.
+
+Interrupted (a cut-off session, a reboot)? Run the same command again: the queued jobs are
+still in the embedded broker, a job whose worker died is put back on the queue by the next
+worker's reaper, and a run resumes exactly from its last checkpoint.
+
+    make data
+    python bench/reproduce.py examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
+    python bench/reproduce.py examples/experiments/headline-tiny8.yaml --publish-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def settings_env(home: Path) -> dict[str, str]:
+    """The embedded queue of the study: store, broker and runs under ``home``."""
+    return {
+        "SYNATTN_HOME": str(home / "jobs"),
+        "SYNATTN_DATA_ROOT": str(REPO),
+        "SYNATTN_RUNS_DIR": str(home / "runs"),
+    }
+
+
+def hardware(threads: int, workers: int) -> dict[str, Any]:
+    """What the runs ran on, in words a reader can compare."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "device": gpu or "cpu",
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "workers": workers,
+        "threads_per_worker": threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def git_commit() -> str:
+    """HEAD, with ``+dirty`` when the working tree differs from it."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    return head + ("+dirty" if dirty else "")
+
+
+def budget_of(resolved: dict[str, Any]) -> dict[str, Any]:
+    """The training budget of a resolved configuration, as the README table states it."""
+    m, t = resolved["model"], resolved["train"]
+    return {
+        "model": f"{m['enc_layers']}+{m['dec_layers']} layers, d={m['d_model']}, "
+        f"FFN {m['d_ff']}, {m['heads']} heads",
+        "max_updates": t["max_updates"],
+        "max_epochs": t.get("max_epochs"),
+        "max_tokens": resolved["data"]["max_tokens"],
+        "lr": resolved["optim"]["lr"],
+        "warmup": resolved["optim"]["warmup"],
+    }
+
+
+def find_or_submit(grid: Path, env: dict[str, str]) -> str:
+    """The experiment's id: an earlier submission of the same name, or a new one."""
+    from synattn_jobs.settings import JobSettings
+    from synattn_jobs.store import JobStore
+    from synattn_jobs.submit import load_experiment_file
+
+    name = load_experiment_file(grid).name
+    settings = JobSettings()
+    settings.prepare()
+    store = JobStore(settings.database_url)
+    exp = store.experiment(name)
+    if exp is not None:
+        return exp.id
+    synattn = Path(sys.executable).with_name("synattn")
+    out = subprocess.run([str(synattn), "experiment", "run", str(grid)], env={**os.environ, **env},
+                         capture_output=True, text=True)  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"submit failed: {(out.stderr or out.stdout).strip()}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def publish(exp_id: str, results: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """Write the report, translations and ``run.json`` of the experiment's finished runs."""
+    from synattn_jobs.report import comparison, write_html
+    from synattn_jobs.settings import JobSettings
+    from synattn_jobs.store import JobStore
+    from synattn_shared.atomic import atomic_write_text
+
+    store = JobStore(JobSettings().database_url)
+    exp = store.experiment(exp_id)
+    assert exp is not None
+    jobs = list(store.jobs(experiment_id=exp.id))
+    out = results / exp.name
+    report = comparison(exp, jobs)
+    write_html(report, jobs, out)
+    runs = []
+    translations = out / "translations"
+    translations.mkdir(parents=True, exist_ok=True)
+    for job in sorted(jobs, key=lambda j: j.name):
+        res = job.result or {}
+        if job.state == "succeeded" and res.get("hyp"):
+            hyp = Path(res["hyp"])
+            atomic_write_text(translations / f"{job.name}.{hyp.name.split('.', 1)[1]}",
+                              hyp.read_text(encoding="utf-8"))  # fmt: skip
+            ref = translations / f"ref.{res.get('split', 'test')}.txt"
+            if not ref.is_file():
+                shutil.copyfile(res["ref"], ref)
+        wall = (job.finished_at - job.started_at) if job.finished_at and job.started_at else None
+        runs.append({"name": job.name, "variant": job.variant, "seed": job.seed,
+                     "state": job.state, "bleu": res.get("bleu"), "updates": res.get("update"),
+                     "wall_s": round(wall, 1) if wall else None, "attempts": job.attempts,
+                     "tokens_per_s": res.get("tokens_per_s")})  # fmt: skip
+    resolved = next((j.spec.get("resolved") for j in jobs if j.spec.get("resolved")), None)
+    walls = [r["wall_s"] for r in runs if r["wall_s"]]
+    starts = [j.started_at for j in jobs if j.started_at]
+    ends = [j.finished_at for j in jobs if j.finished_at]
+    info = {
+        **meta,
+        "experiment": exp.name,
+        "experiment_id": exp.id,
+        "budget": budget_of(resolved) if resolved else None,
+        "runs": runs,
+        "finished": sum(r["state"] == "succeeded" for r in runs),
+        "planned": len(runs),
+        "run_wall_s_total": round(sum(walls), 1),
+        # first start to last finish (with --workers N, runs overlap; an interrupted study
+        # counts its pause too)
+        "study_wall_s": round(max(ends) - min(starts), 1) if starts and ends else None,
+    }
+    atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("grid", type=Path, help="experiment file (examples/experiments/*.yaml)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
+    ap.add_argument("--home", type=Path, default=REPO / "build" / "repro")
+    ap.add_argument("--results", type=Path, default=REPO / "results")
+    ap.add_argument("--publish-only", action="store_true", help="write results/ and exit")
+    ap.add_argument("--poll", type=float, default=30.0)
+    args = ap.parse_args()
+    env = settings_env(args.home.resolve())
+    os.environ.update(env)
+    exp_id = find_or_submit(args.grid, env)
+    meta = {
+        "command": "python bench/reproduce.py " + " ".join(map(shlex.quote, sys.argv[1:])),
+        "git_commit": git_commit(),
+        "hardware": hardware(args.threads, args.workers),
+    }
+    if args.publish_only:
+        info = publish(exp_id, args.results, meta)
+        print(f"{info['finished']}/{info['planned']} runs published to {args.results}")
+        return
+    from synattn_jobs.cli import start_worker
+
+    threads = {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    logs = args.home / "jobs"
+    workers = [
+        start_worker("train", {**env, **threads}, log=logs / f"repro-worker-{k}.log")
+        for k in range(args.workers)
+    ]
+    started = time.time()
+    seen = -1
+    try:
+        while True:
+            info = publish(exp_id, args.results, meta)
+            if info["finished"] != seen:
+                seen = info["finished"]
+                print(f"[{time.time() - started:7.0f} s] {seen}/{info['planned']} runs done",
+                      flush=True)  # fmt: skip
+            states = {r["state"] for r in info["runs"]}
+            if states <= {"succeeded", "failed", "cancelled"}:
+                break
+            if any(w.poll() is not None for w in workers):
+                raise SystemExit("a worker exited; see " + str(logs))
+            time.sleep(args.poll)
+    finally:
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            w.wait(timeout=120)
+    info = publish(exp_id, args.results, meta)
+    where = args.results / info["experiment"]
+    print(f"{info['finished']}/{info['planned']} runs published to {where}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Verdicts over seeds: each outcome from constructed scores, and the report's rows and warning
+built from a store whose runs have known BLEU and translations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from synattn_jobs.report import comparison, table_rows
+from synattn_jobs.store import JobStore
+from synattn_jobs.verdict import Verdict, compare_seeds, decide, paired_t_p, seed_warning
+
+
+def test_paired_t_matches_the_textbook_value() -> None:
+    # diffs 1, 2, 3: mean 2, sd 1, t = 2 / (1 / sqrt 3) = 3.4641 with 2 df -> p = 0.0742
+    assert paired_t_p([1.0, 2.0, 3.0]) == pytest.approx(0.07418, abs=1e-4)
+    assert paired_t_p([0.5, 0.5, 0.5]) == 0.0  # no spread, all moved: as strong as it gets
+    assert paired_t_p([0.0, 0.0]) == 1.0
+    assert paired_t_p([1.0]) is None
+    with pytest.raises(ValueError, match="finite"):
+        paired_t_p([1.0, float("nan")])
+
+
+@pytest.mark.parametrize(
+    ("diffs", "seed_p", "boot_p", "verdict"),
+    [
+        ((1.0, 1.2, 0.9), 0.01, 0.001, Verdict.BETTER),
+        ((-1.0, -1.2, -0.9), 0.01, 0.001, Verdict.WORSE),
+        ((1.0, 1.2, 0.9), 0.20, 0.001, Verdict.INCONCLUSIVE),  # seeds disagree with bootstrap
+        ((1.0, 1.2, 0.9), 0.01, 0.30, Verdict.INCONCLUSIVE),  # bootstrap disagrees
+        ((1.0, 1.2, -0.1), 0.01, 0.001, Verdict.INCONCLUSIVE),  # one seed went the other way
+        ((1.0, 1.2, 0.0), 0.01, 0.001, Verdict.INCONCLUSIVE),  # a tie is not a sign
+        ((1.0,), None, 0.001, Verdict.INCONCLUSIVE),  # one seed: no seed test
+        ((1.0, 1.2, 0.9), 0.01, None, Verdict.INCONCLUSIVE),  # no translations to resample
+    ],
+)
+def test_each_verdict(
+    diffs: tuple[float, ...], seed_p: float | None, boot_p: float | None, verdict: Verdict
+) -> None:
+    assert decide(diffs, seed_p, boot_p) is verdict
+
+
+def test_compare_uses_the_seeds_both_finished() -> None:
+    cmp = compare_seeds({1: 21.0, 2: 22.0, 3: 23.5}, {1: 20.0, 2: 21.0, 4: 30.0}, 0.01)
+    assert cmp is not None
+    assert cmp.seeds == (1, 2) and cmp.diffs == (1.0, 1.0) and cmp.mean_diff == 1.0
+    assert cmp.seed_p == 0.0 and cmp.verdict is Verdict.BETTER
+    assert compare_seeds({1: 20.0}, {2: 20.0}, 0.5) is None
+
+
+def test_seed_warning_in_words() -> None:
+    assert seed_warning(3) is None
+    one = seed_warning(1)
+    assert one is not None and "Only 1 seed per variant" in one and "at least 3" in one
+    assert "2 seeds" in (seed_warning(2) or "")
+
+
+def _experiment(tmp_path: Path, bleu: dict[str, dict[int, float]], hyps: dict[str, list[str]],
+                baselines: dict[str, str] | None = None) -> tuple[JobStore, str]:  # fmt: skip
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
+    seeds = sorted({s for by_seed in bleu.values() for s in by_seed})
+    exp = store.create_experiment("e", "vanilla", {"seeds": seeds, "baselines": baselines or {},
+                                                   "evaluate": {"split": "test"}})  # fmt: skip
+    refs = tmp_path / "ref.txt"
+    refs.write_text("".join(f"ein hund läuft über die wiese nummer {i}\n" for i in range(60)))
+    for variant, by_seed in bleu.items():
+        for seed, score in by_seed.items():
+            hyp = tmp_path / f"{variant}-{seed}.txt"
+            hyp.write_text("".join(h + "\n" for h in hyps[variant]))
+            job = store.create_job("train", f"{variant}-s{seed}", {}, str(tmp_path),
+                                   experiment_id=exp.id, variant=variant, seed=seed)  # fmt: skip
+            store.claim(job.id, "w", 60)
+            store.finish(job.id, "succeeded", {"bleu": score, "chrf": 50.0, "hyp": str(hyp),
+                                               "ref": str(refs), "parameters": 1})  # fmt: skip
+    return store, exp.id
+
+
+def test_report_rows_carry_the_verdict(tmp_path: Path) -> None:
+    good = [f"ein hund läuft über die wiese nummer {i}" for i in range(60)]
+    poor = [f"eine katze sitzt {i}" for i in range(60)]
+    store, exp_id = _experiment(
+        tmp_path,
+        {"vanilla": {1: 20.0, 2: 21.0, 3: 20.5}, "good": {1: 25.0, 2: 26.5, 3: 25.2},
+         "noisy": {1: 22.0, 2: 19.0, 3: 21.0}, "8L": {1: 30.0, 2: 31.0, 3: 30.0}},
+        {"vanilla": poor, "good": good, "noisy": poor, "8L": good},
+        baselines={"noisy": "8L"},
+    )  # fmt: skip
+    exp = store.experiment(exp_id)
+    assert exp is not None
+    rep = comparison(exp, list(store.jobs(experiment_id=exp_id)), bootstrap=200)
+    rows = {r["variant"]: r for r in rep["rows"]}
+    assert rows["good"]["vs"] == "vanilla" and rows["good"]["verdict"] == "better"
+    assert rows["good"]["delta"] == pytest.approx((5.0 + 5.5 + 4.7) / 3)
+    assert rows["good"]["p_value"] < 0.05 and rows["good"]["seed_p"] < 0.05
+    # measured against its own baseline: every seed worse, and the outputs differ
+    assert rows["noisy"]["vs"] == "8L" and rows["noisy"]["verdict"] == "worse"
+    assert rows["8L"]["is_baseline"] and rows["8L"]["verdict"] is None
+    assert rep["warnings"] == []
+    header, *cells = table_rows(rep)
+    assert header[4:9] == ["vs", "Δ BLEU", "p (seeds)", "p (bootstrap)", "verdict"]
+    assert any(c[0] == "good" and c[8] == "better" for c in cells)
+
+
+def test_identical_outputs_are_inconclusive_and_one_seed_warns(tmp_path: Path) -> None:
+    same = [f"ein hund {i}" for i in range(60)]
+    store, exp_id = _experiment(
+        tmp_path, {"vanilla": {1: 20.0}, "other": {1: 21.0}}, {"vanilla": same, "other": same}
+    )
+    exp = store.experiment(exp_id)
+    assert exp is not None
+    rep = comparison(exp, list(store.jobs(experiment_id=exp_id)), bootstrap=200)
+    other = next(r for r in rep["rows"] if r["variant"] == "other")
+    assert other["verdict"] == "inconclusive" and other["seed_p"] is None
+    assert rep["warnings"] and "Only 1 seed" in rep["warnings"][0]
+
+
+EXPERIMENTS = sorted((Path(__file__).parents[2] / "examples" / "experiments").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_experiment_files_plan_known_presets(path: Path) -> None:
+    """Every shipped experiment names presets that exist, says which table it mirrors and
+    plans at least three seeds (the demo excepted: it is a minutes-long tour)."""
+    from synattn_jobs.submit import load_experiment_file
+
+    spec = load_experiment_file(path)
+    jobs = spec.expand(200)
+    assert {j["variant"] for j in jobs} == set(spec.variant_fragments())
+    assert (path.parent / spec.config).is_file()
+    if spec.name != "demo":
+        assert len(set(spec.seeds)) >= 3
+        assert "Table" in path.read_text(encoding="utf-8").split("\nname:")[0]
+    # seed-major: the first seed of every system comes before any second seed
+    first = [j["seed"] for j in jobs[: len(spec.variant_fragments())]]
+    assert first == [spec.seeds[0]] * len(first)
