@@ -156,7 +156,7 @@ def test_head_variants_train_and_keep_padding_out(attention, extra, m30k, data) 
     cfg = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0}, attention=attention)
     torch.manual_seed(0)
     model = Transformer(cfg, tok.get_vocab_size()).train()
-    batch = make_batch(corpus, [0, 1, 2, 3], model.syntax_features(), model.feature_options())
+    batch = make_batch(corpus, [0, 1, 2, 3], model.feature_requests())
     logits = model(batch.src, batch.tgt_in, batch.syntax)
     loss = torch.nn.functional.cross_entropy(
         logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=0
@@ -170,7 +170,7 @@ def test_head_variants_train_and_keep_padding_out(attention, extra, m30k, data) 
     model.eval()
     enc = model.encode(batch.src, batch.syntax)
     for row, i in enumerate(batch.index):
-        alone = make_batch(corpus, [i], model.syntax_features(), model.feature_options())
+        alone = make_batch(corpus, [i], model.feature_requests())
         n = alone.src.shape[1]
         single = model.encode(alone.src, alone.syntax).memory[0]
         torch.testing.assert_close(enc.memory[row, :n], single, rtol=1e-4, atol=1e-5)

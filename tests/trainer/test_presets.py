@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from synattn_shared.requests import SlrBias
 from synattn_trainer.config import ModelConfig, TrainConfig, VariantSpec
 from synattn_trainer.data import load_corpus, make_batch
 from synattn_trainer.model import Transformer
@@ -39,7 +40,7 @@ def test_every_preset_trains_and_is_analysed_as_trained(name, m30k, corpus_and_t
     torch.manual_seed(0)
     model = Transformer(cfg, tok.get_vocab_size()).train()
     model.state.update(max_updates=10, update=10)  # past any pre-warm-up
-    batch = make_batch(corpus, [0, 1, 2, 3], model.syntax_features(), model.feature_options())
+    batch = make_batch(corpus, [0, 1, 2, 3], model.feature_requests())
     logits = model(batch.src, batch.tgt_in, batch.syntax)
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
                                              ignore_index=0)  # fmt: skip
@@ -58,7 +59,7 @@ def test_every_preset_trains_and_is_analysed_as_trained(name, m30k, corpus_and_t
         analysed = model(batch.src, batch.tgt_in, batch.syntax)
         enc = model.encode(batch.src, batch.syntax)
         for row, i in enumerate(batch.index[:2]):
-            alone = make_batch(corpus, [i], model.syntax_features(), model.feature_options())
+            alone = make_batch(corpus, [i], model.feature_requests())
             single = model.encode(alone.src, alone.syntax).memory[0]
             n = alone.src.shape[1]
             torch.testing.assert_close(enc.memory[row, :n], single, rtol=1e-4, atol=1e-5)
@@ -119,11 +120,11 @@ def test_composition_adds_the_biases(m30k) -> None:  # type: ignore[no-untyped-d
     q = torch.randn(1, 8, 5, 4)
     slr = torch.log(torch.rand(1, 5, 5))
     ctx = AttnContext("enc_self", 0, torch.zeros(1, 5, dtype=torch.bool), None,
-                      {"slr_bias": slr})  # fmt: skip
+                      {SlrBias(): slr})  # fmt: skip
     local, pure = layer.members()
     both = layer.logit_bias(q, q, ctx)
     torch.testing.assert_close(both, local.logit_bias(q, q, ctx) + pure.logit_bias(q, q, ctx))
-    assert set(layer.features) == {"slr_bias"}
+    assert layer.requests() == (SlrBias(),)
 
 
 @pytest.mark.parametrize(
@@ -151,7 +152,7 @@ def test_prewarm_fraction_freezes_the_gate_for_that_share_of_the_run(m30k, corpu
     cfg = preset_config(m30k, "slr-gated")
     model = Transformer(cfg, tok.get_vocab_size()).train()
     model.state.update(max_updates=10)
-    batch = make_batch(corpus, [0, 1, 2], model.syntax_features(), model.feature_options())
+    batch = make_batch(corpus, [0, 1, 2], model.feature_requests())
     gate = model.encoder[0].self_attn.variant.gate
 
     def gate_grad(update: int) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from synattn_shared.requests import DeaBias, SlrBias
 from synattn_trainer.checkpoint import checkpoints
 from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import load_corpus, make_batch, token_batches
@@ -55,8 +56,8 @@ def test_data_links_subwords_to_parsed_words(m30k: dict[str, Path]) -> None:
     assert s2w[-1] == -1 and s2w.max() == len(words) - 1  # </s> and every word covered
     pieces = [tok.id_to_token(int(t)) for t in corpus.src[0][:-1]]
     assert "".join(pieces).replace("▁", "") == "".join(words)
-    b = make_batch(corpus, [0, 1, 2], features=("dea_bias", "slr_bias"))
-    assert b.syntax["dea_bias"].shape == (3, b.src.shape[1], b.src.shape[1])
+    b = make_batch(corpus, [0, 1, 2], (DeaBias(), SlrBias()))
+    assert b.syntax[DeaBias()].shape == (3, b.src.shape[1], b.src.shape[1])
     assert b.tgt_in[0, 0].item() == 1 and b.ntokens == sum(
         len(corpus.tgt[i]) - 1 for i in range(3)
     )

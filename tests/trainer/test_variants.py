@@ -12,8 +12,16 @@ import pytest
 import torch
 
 from synattn_shared.features import to_row
-from synattn_shared.materialise import MaterialiseOptions, materialise
 from synattn_shared.records import SentenceRecord
+from synattn_shared.requests import (
+    DeaBias,
+    DeaMask,
+    FeatureRequest,
+    LisaTarget,
+    RpIndex,
+    SlrBias,
+    build_features,
+)
 from synattn_shared.syntax.reference import (
     head_confidence,
     localness_bias,
@@ -59,28 +67,30 @@ def running_row(tree: bool = True) -> dict:
     return to_row(rec)
 
 
-def feats(*names: str, **opts: float) -> dict[str, torch.Tensor]:
-    mats = materialise(running_row(), names, MaterialiseOptions(**opts))
-    return {k: torch.from_numpy(np.asarray(v))[None] for k, v in mats.items() if k in names}
+def feats(*requests: FeatureRequest) -> dict[FeatureRequest, torch.Tensor]:
+    """The running example's features at word level (one subword per word, no ``</s>``)."""
+    row = running_row()
+    arrays = build_features([row], [np.arange(len(row["words"]))], requests)
+    return {r: torch.from_numpy(a) for r, a in arrays.items()}
 
 
 def variant(name: str, model: ModelConfig = M4, **options: object):  # type: ignore[no-untyped-def]
     return build_variant(VariantSpec(name=name, options=options), model, "enc_self", 0)
 
 
-def ctx(syntax: dict[str, torch.Tensor], t: int = 7) -> AttnContext:
+def ctx(syntax: dict[FeatureRequest, torch.Tensor], t: int = 7) -> AttnContext:
     pad = torch.zeros(1, t, dtype=torch.bool)
     eos = torch.zeros(1, t, dtype=torch.bool)
-    return AttnContext("enc_self", 0, pad, pad, {**syntax, "src_eos": eos})
+    return AttnContext("enc_self", 0, pad, pad, syntax, src_eos=eos)
 
 
 def test_dea_bias_is_the_worked_example_on_the_chosen_heads() -> None:
     q = torch.zeros(1, 4, 7, 2)
-    bias = variant("dea").logit_bias(q, q, ctx(feats("dea_bias")))
+    bias = variant("dea").logit_bias(q, q, ctx(feats(DeaBias())))
     assert bias.shape == (1, 1, 7, 7)
     assert (bias[0, 0] == 0).int().tolist() == DEA_TABLE
     assert torch.isinf(bias).sum() == 49 - sum(map(sum, DEA_TABLE))
-    two = variant("dea", heads=[1, 3]).logit_bias(q, q, ctx(feats("dea_bias")))
+    two = variant("dea", heads=[1, 3]).logit_bias(q, q, ctx(feats(DeaBias())))
     assert (
         two.shape == (1, 4, 7, 7)
         and torch.all(two[0, 0] == 0)
@@ -98,9 +108,12 @@ def test_lpea_bias_is_the_worked_example_with_tiny_parameters() -> None:
         v.phrasal.proj.bias.zero_()
         v.phrasal.u.copy_(torch.tensor([1.0, -2.0]))
     q = torch.zeros(1, 4, 7, 2)
-    p = v.logit_bias(q, q, ctx(feats("rp")))
+    assert v.requests() == (RpIndex(k=1),)
+    p = v.logit_bias(q, q, ctx(feats(RpIndex(k=1))))
     np.testing.assert_allclose(p[0, 0].detach().numpy(), LPEA_P, atol=1e-4)
-    masked = variant("lpea", k=1, lp_outside="mask").logit_bias(q, q, ctx(feats("rp")))
+    masking = variant("lpea", k=1, lp_outside="mask")
+    masking.phrasal.load_state_dict(v.phrasal.state_dict())
+    masked = masking.logit_bias(q, q, ctx(feats(RpIndex(k=1, outside="mask"))))
     assert torch.isinf(masked).sum() == 8  # the eight OUT cells
     extra = variant("lpea", k=1, lp_outside="extra_index")
     assert extra.phrasal.table.shape[0] == 4
@@ -110,7 +123,7 @@ def test_lpea_with_k_zero_is_vanilla() -> None:
     """k = 0: one embedding, a constant bias per row, which softmax ignores."""
     torch.manual_seed(0)
     x = torch.randn(1, 7, 8)
-    c = ctx(feats("rp"))
+    c = ctx(feats(RpIndex(k=0)))
     vanilla = MultiHeadAttention(M4, variant("vanilla")).eval()
     lpea = MultiHeadAttention(M4, variant("lpea", k=0)).eval()
     lpea.load_state_dict(vanilla.state_dict(), strict=False)
@@ -141,7 +154,7 @@ def test_rhe_measures_match_the_worked_example_and_the_reference() -> None:
 def test_rhe_uses_plain_heads_when_important_and_dea_heads_when_redundant() -> None:
     torch.manual_seed(0)
     x = torch.randn(1, 7, 8)
-    c = ctx(feats("dea_bias", "dea_mask"))
+    c = ctx(feats(DeaBias(), DeaMask()))
     base = MultiHeadAttention(M4, variant("vanilla")).eval()
     state = base.state_dict()
     dea = MultiHeadAttention(M4, variant("dea")).eval()
@@ -192,14 +205,15 @@ def test_localness_bias_matches_the_reference_formula() -> None:
 
 
 def test_slr_pure_bias_and_gated_mixing() -> None:
-    f = feats("slr_bias", tau=10.0)
+    f = feats(SlrBias(tau=10.0))
     q = torch.zeros(1, 4, 7, 2)
     pure = variant("slr", mode="pure")
-    assert torch.equal(pure.logit_bias(q, q, ctx(f))[0, 0], f["slr_bias"][0])
-    assert pure.feature_options() == {"tau": 10.0}
+    assert torch.equal(pure.logit_bias(q, q, ctx(f))[0, 0], f[SlrBias()][0])
+    assert pure.requests() == (SlrBias(tau=10.0),)
+    assert variant("slr", tau=2.0).requests() == (SlrBias(tau=2.0),)
     torch.manual_seed(0)
     x = torch.randn(2, 7, 8)
-    off = {"slr_bias": torch.zeros(2, 7, 7)}
+    off = {SlrBias(): torch.zeros(2, 7, 7)}
     pad = torch.zeros(2, 7, dtype=torch.bool)
     c = AttnContext("enc_self", 0, pad, pad, off)
     gated = MultiHeadAttention(M4, variant("slr", mode="gated")).train()
@@ -229,7 +243,7 @@ def test_pascal_density_matches_the_reference() -> None:
 def test_lisa_l2_loss_on_a_tiny_input() -> None:
     v = variant("lisa", head=0).train()
     probs = torch.full((1, 4, 3, 3), 1 / 3)
-    c = AttnContext("enc_self", 0, None, None, {"lisa_target": torch.tensor([[1, 1, 2]])})
+    c = AttnContext("enc_self", 0, None, None, {LisaTarget(): torch.tensor([[1, 1, 2]])})
     v.observe(probs, c)
     # each row: (1/3)^2 * 2 + (2/3)^2 = 2/3; three rows
     assert v.aux_loss().item() == pytest.approx(2.0)
@@ -271,7 +285,7 @@ def test_every_variant_trains_and_ignores_padding(name, options, m30k, corpus_an
     )
     torch.manual_seed(0)
     model = Transformer(cfg, tok.get_vocab_size()).train()
-    batch = make_batch(corpus, [0, 1, 2, 3], model.syntax_features(), model.feature_options())
+    batch = make_batch(corpus, [0, 1, 2, 3], model.feature_requests())
     logits = model(batch.src, batch.tgt_in, batch.syntax)
     loss = torch.nn.functional.cross_entropy(
         logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=0
@@ -287,7 +301,7 @@ def test_every_variant_trains_and_ignores_padding(name, options, m30k, corpus_an
     model.eval()
     enc = model.encode(batch.src, batch.syntax)
     for row, i in enumerate(batch.index):
-        alone = make_batch(corpus, [i], model.syntax_features(), model.feature_options())
+        alone = make_batch(corpus, [i], model.feature_requests())
         single = model.encode(alone.src, alone.syntax).memory[0]
         n = alone.src.shape[1]
         torch.testing.assert_close(enc.memory[row, :n], single, rtol=1e-4, atol=1e-5)
@@ -312,7 +326,7 @@ def test_syntax_switched_off_is_vanilla(name, m30k, corpus_and_tok) -> None:  # 
     for row in corpus.rows[:3]:
         row["has_syntax"] = False
     try:
-        batch = make_batch(corpus, [0, 1, 2], model.syntax_features(), model.feature_options())
+        batch = make_batch(corpus, [0, 1, 2], model.feature_requests())
     finally:
         for row in corpus.rows[:3]:
             row["has_syntax"] = True
@@ -341,7 +355,7 @@ def test_analysis_reads_what_the_model_applied(name, m30k, corpus_and_tok) -> No
     )
     torch.manual_seed(0)
     model = Transformer(cfg, tok.get_vocab_size()).eval()
-    batch = make_batch(corpus, [0, 1, 2], model.syntax_features(), model.feature_options())
+    batch = make_batch(corpus, [0, 1, 2], model.feature_requests())
     with torch.no_grad():
         plain = model(batch.src, batch.tgt_in, batch.syntax)
         modules = model.attention_modules()
@@ -376,7 +390,7 @@ def test_exported_fixed_heads_are_their_patterns(word_based, m30k, corpus_and_to
     )
     torch.manual_seed(0)
     model = Transformer(cfg, tok.get_vocab_size()).eval()
-    batch = make_batch(corpus, [5], model.syntax_features(), model.feature_options())
+    batch = make_batch(corpus, [5], model.feature_requests())
     module = model.encoder[0].self_attn
     module.keep_probs = True
     with torch.no_grad():
@@ -400,10 +414,10 @@ def test_lisa_loss_skips_rows_without_syntax(m30k, corpus_and_tok) -> None:  # t
                       attention={"enc_self": [{"name": "lisa", "layers": [0]}]})  # fmt: skip
     torch.manual_seed(0)
     model = Transformer(cfg, tok.get_vocab_size()).train()
-    feats_ = model.syntax_features()
+    requests = model.feature_requests()
 
     def loss_of(index: list[int]) -> float:
-        b = make_batch(corpus, index, feats_, model.feature_options())
+        b = make_batch(corpus, index, requests)
         model(b.src, b.tgt_in, b.syntax)
         aux = model.aux_loss()
         return 0.0 if aux is None else float(aux.detach())
@@ -435,7 +449,7 @@ def test_source_without_eos(m30k) -> None:  # type: ignore[no-untyped-def]
     cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"source_eos": False})})
     torch.manual_seed(0)
     model = Transformer(cfg, tok.get_vocab_size()).eval()
-    b = make_batch(without, [4], model.syntax_features(), model.feature_options())
+    b = make_batch(without, [4], model.feature_requests())
     module = model.encoder[0].self_attn
     module.keep_probs = True
     with torch.no_grad():
@@ -453,7 +467,7 @@ def test_test_time_ablation_acts_only_in_eval_and_only_when_asked(m30k, corpus_a
                       attention={"enc_self": [{"name": "fixed"}]})  # fmt: skip
     torch.manual_seed(0)
     model = Transformer(cfg, tok.get_vocab_size())
-    b = make_batch(corpus, [0, 1], model.syntax_features(), model.feature_options())
+    b = make_batch(corpus, [0, 1], model.feature_requests())
     with torch.no_grad():
         model.eval()
         base = model.encode(b.src, b.syntax).memory

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from synattn_shared import __version__
+from synattn_shared.defaults import RP_CLIP, SLR_TAU
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.features import FeatureOptions
 from synattn_shared.manifest import Manifest, ParserInfo, SourceInfo, sha256_file
@@ -103,8 +104,8 @@ def features(
 def inspect(
     directory: Annotated[Path, typer.Argument(help="dataset directory")],
     row: Annotated[int, typer.Option(help="row to show")] = 0,
-    tau: Annotated[float, typer.Option(help="soft SLR temperature")] = 10.0,
-    k: Annotated[int, typer.Option(help="RP clip distance")] = 6,
+    tau: Annotated[float, typer.Option(help="soft SLR temperature")] = SLR_TAU,
+    k: Annotated[int, typer.Option(help="RP clip distance")] = RP_CLIP,
     slr_binarize: Annotated[str, typer.Option(help="right | none")] = "right",
 ) -> None:
     """Print the manifest and one sentence with its matrices rendered as text."""

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from synattn_shared.defaults import LP_OUTSIDE, RP_CLIP, SLR_BINARIZE, SLR_TAU, SLR_TIES
 from synattn_shared.syntax.dependency import HOPS_UNREACHABLE, dea_keep_mask, dep_hops
 from synattn_shared.syntax.distance import Binarize, binarized_distances
 from synattn_shared.syntax.phrase import (
@@ -43,11 +44,11 @@ class MaterialiseOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tau: float = 10.0  # soft SLR temperature
-    slr_binarize: Binarize = "right"  # Hou et al.'s code (§2.3 decision)
-    slr_ties: SlrTies = "strict"
-    rp_clip: int = 6  # seed 000's best k
-    lp_outside: LpOutside = "clip"
+    tau: float = SLR_TAU
+    slr_binarize: Binarize = SLR_BINARIZE
+    slr_ties: SlrTies = SLR_TIES
+    rp_clip: int = RP_CLIP
+    lp_outside: LpOutside = LP_OUTSIDE
 
 
 def _slr_distances(row: dict[str, Any], opts: MaterialiseOptions) -> np.ndarray:

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from synattn_parser.settings import BackendName
+from synattn_shared.defaults import RP_CLIP, SLR_TAU
 from synattn_shared.manifest import ParserInfo
 from synattn_shared.materialise import ALL_FEATURES
 
@@ -45,8 +46,8 @@ class ParseRequest(BaseModel):
     features: list[FeatureName] = Field(
         default_factory=list, description="reader-side features to compute (see /v1/backends)"
     )
-    tau: float = Field(10.0, gt=0, le=1e6, description="soft SLR temperature")
-    rp_clip: int = Field(6, ge=0, le=62, description="RP clip distance k (int8 indices)")
+    tau: float = Field(SLR_TAU, gt=0, le=1e6, description="soft SLR temperature")
+    rp_clip: int = Field(RP_CLIP, ge=0, le=62, description="RP clip distance k (int8 indices)")
     slr_binarize: Literal["right", "none"] = "right"
     format: Literal["compact", "dense"] = Field(
         "compact", description="compact: {shape, dtype, flat data}; dense: nested lists"

@@ -23,11 +23,11 @@ from synattn_trainer.train import load_model
 
 
 def _batches(model: Transformer, corpus: Corpus, max_tokens: int = 2048):  # type: ignore[no-untyped-def]
-    feats, opts = model.syntax_features(), model.feature_options()
+    requests = model.feature_requests()
     for index in token_batches(
         [len(s) for s in corpus.src], [len(t) - 1 for t in corpus.tgt], max_tokens, 0, -1
     ):
-        yield make_batch(corpus, index, feats, opts)
+        yield make_batch(corpus, index, requests)
 
 
 @torch.no_grad()

@@ -4,12 +4,13 @@ Shards stay word-level; subword ids and the source subword -> word map are compu
 is loaded (``tokenizers`` encodes Multi30k in about a second), so a new vocabulary never means
 re-parsing. Batches group sentences of similar length under a source-token budget; their order is
 a pure function of (seed, epoch), so a run resumes mid-epoch at the exact batch it stopped at.
-Syntax features are materialised per batch, at subword level, and moved to the training device.
+Syntax features are built per batch from the variants' typed requests
+(``synattn_shared.requests``), at subword level, and moved to the training device.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,24 +20,12 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from synattn_shared.materialise import MaterialiseOptions, materialise
+from synattn_shared.requests import FeatureRequest, build_features
 from synattn_shared.shards import ShardDataset
-from synattn_shared.syntax.dependency import dep_hops
-from synattn_shared.syntax.targets import (
-    is_punctuation,
-    lisa_targets,
-    pascal_centres,
-    sla_keep_mask,
-)
 from synattn_trainer.tokenizer import PAD_ID, encode_source, encode_target
 
 SYNTAX_COLUMNS = ("words", "dep_head", "upos", "syn_dist", "const_layer", "has_syntax", "tree")
-# fill for padded positions of each feature (masked anyway by key padding; keeps values finite)
-PAD_FILL: dict[str, Any] = {
-    "slr_bias": 0.0, "slr_soft": 1.0, "slr_hard": True, "dea_bias": 0.0, "dea_mask": True,
-    "dep_hops": 255, "rp": 0, "rp_index": 0, "sla_keep": True, "lisa_target": 0,
-    "pascal_centre": 0.0,
-}  # fmt: skip
+Features = dict[FeatureRequest, Tensor]  # a batch's syntax tensors, by what asked for them
 
 
 @dataclass
@@ -141,7 +130,7 @@ class Batch:
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
-    syntax: dict[str, Tensor]
+    syntax: Features
 
     @property
     def ntokens(self) -> int:
@@ -165,90 +154,19 @@ def _pad(seqs: Sequence[np.ndarray], fill: int = PAD_ID) -> Tensor:
     return torch.from_numpy(out)
 
 
-VECTOR_FEATURES = {"lisa_target", "pascal_centre", "word_ids"}
-EXTRA_FEATURES = {"lisa_target", "pascal_centre", "sla_keep", "word_ids"}
-MATERIALISE_KEYS = set(MaterialiseOptions.model_fields)
-
-
-def _extra_feature(
-    name: str, row: dict[str, Any], s2w: np.ndarray, opts: dict[str, Any]
-) -> np.ndarray:
-    if name == "word_ids":  # specials (</s>) are words of their own
-        return np.where(s2w >= 0, s2w, s2w.max(initial=-1) + 1 + np.cumsum(s2w < 0) - 1)
-    heads = row["dep_head"]
-    if name == "lisa_target" and (heads is None or not row["has_syntax"]):
-        return np.full(len(s2w), -1, dtype=np.int64)  # no parse: no LISA loss on this row
-    if heads is None:
-        raise ValueError(f"feature {name} needs a dependency parse")
-    if name == "lisa_target":
-        return lisa_targets(heads, s2w)
-    if name == "pascal_centre":
-        return pascal_centres(heads, s2w)
-    if name == "sla_keep":
-        punct = (
-            is_punctuation(row["words"], row.get("upos"))
-            if opts.get("sla_punct_visible", True)
-            else None
-        )
-        keep = sla_keep_mask(
-            dep_hops(heads),
-            int(opts.get("sla_m", 3)),
-            bool(opts.get("sla_neighbour_union", True)),
-            punct,
-            s2w,
-        )
-        if not row["has_syntax"]:
-            keep = np.ones_like(keep)
-        return keep
-    raise ValueError(f"unknown batch feature {name!r}")
-
-
 def syntax_tensors(
-    corpus: Corpus,
-    index: Sequence[int],
-    features: Sequence[str],
-    options: dict[str, Any] | None = None,
-) -> dict[str, Tensor]:
-    """Subword-level batch features: ``[B, S, S]`` matrices and ``[B, S]`` vectors, padded."""
-    if not features:
-        return {}
-    opts = options or {}
-    mopts = MaterialiseOptions(**{k: v for k, v in opts.items() if k in MATERIALISE_KEYS})
-    dense = tuple(f for f in features if f not in EXTRA_FEATURES)
-    width = max(len(corpus.src[i]) for i in index)
-    out: dict[str, list[np.ndarray]] = {name: [] for name in features}
-    for i in index:
-        s2w = corpus.s2w[i]
-        mats = materialise(corpus.rows[i], dense, mopts, s2w.tolist()) if dense else {}
-        for name in features:
-            m = (
-                _extra_feature(name, corpus.rows[i], s2w, opts)
-                if name in EXTRA_FEATURES
-                else mats[name]
-            )
-            if m is None:
-                raise ValueError(f"feature {name} needs a dependency parse (row {i})")
-            out[name].append(m)
-    tensors: dict[str, Tensor] = {}
-    for name, mats_ in out.items():
-        vector = name in VECTOR_FEATURES
-        for m, i in zip(mats_, index, strict=True):
-            t = len(corpus.src[i])
-            if m.shape != ((t,) if vector else (t, t)):
-                raise ValueError(f"feature {name} has shape {m.shape} for {t} subwords")
-        shape = (len(mats_), width) if vector else (len(mats_), width, width)
-        padded = np.full(shape, PAD_FILL.get(name, 0), dtype=mats_[0].dtype)
-        for k, m in enumerate(mats_):
-            padded[(k, *[slice(0, int(s)) for s in m.shape])] = m  # type: ignore[index]
-        tensors[name] = torch.from_numpy(padded)
-    return tensors
+    corpus: Corpus, index: Sequence[int], requests: Iterable[FeatureRequest]
+) -> Features:
+    """The batch's syntax tensors, one per request (``synattn_shared.requests`` builds them:
+    subword level, padded by each request's rule)."""
+    arrays = build_features(
+        [corpus.rows[i] for i in index], [corpus.s2w[i] for i in index], requests
+    )
+    return {req: torch.from_numpy(a) for req, a in arrays.items()}
 
 
 def make_batch(
-    corpus: Corpus,
-    index: Sequence[int],
-    features: Sequence[str] = (),
-    options: dict[str, Any] | None = None,
+    corpus: Corpus, index: Sequence[int], requests: Iterable[FeatureRequest] = ()
 ) -> Batch:
     """Pad one batch; teacher forcing splits ``<s> y </s>`` into input and output."""
     tgt = [corpus.tgt[i] for i in index]
@@ -257,7 +175,7 @@ def make_batch(
         src=_pad([corpus.src[i] for i in index]),
         tgt_in=_pad([t[:-1] for t in tgt]),
         tgt_out=_pad([t[1:] for t in tgt]),
-        syntax=syntax_tensors(corpus, index, features, options),
+        syntax=syntax_tensors(corpus, index, requests),
     )
 
 

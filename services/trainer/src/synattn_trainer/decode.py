@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
     from synattn_trainer.config import DecodeConfig
-    from synattn_trainer.data import Corpus
+    from synattn_trainer.data import Corpus, Features
 
 
 def _max_len(src: Tensor, a: float, b: int) -> int:
@@ -30,6 +30,7 @@ def _select(enc: Encoded, index: Tensor) -> Encoded:
     return Encoded(
         enc.memory.index_select(0, index),
         enc.src_pad.index_select(0, index),
+        enc.src_eos.index_select(0, index),
         {k: v.index_select(0, index) for k, v in enc.syntax.items()},
     )
 
@@ -38,7 +39,7 @@ def _select(enc: Encoded, index: Tensor) -> Encoded:
 def greedy(
     model: Transformer,
     src: Tensor,
-    syntax: dict[str, Tensor] | None = None,
+    syntax: Features | None = None,
     max_len_a: float = 1.0,
     max_len_b: int = 50,
 ) -> list[list[int]]:
@@ -78,7 +79,7 @@ def length_penalty(length: int, alpha: float, form: str) -> float:
 def beam_search(
     model: Transformer,
     src: Tensor,
-    syntax: dict[str, Tensor] | None = None,
+    syntax: Features | None = None,
     beam: int = 5,
     lenpen: float = 1.0,
     lenpen_form: str = "average",
@@ -152,7 +153,7 @@ def beam_search(
 
 @torch.no_grad()
 def forced_scores(
-    model: Transformer, src: Tensor, tgt: Tensor, syntax: dict[str, Tensor] | None = None
+    model: Transformer, src: Tensor, tgt: Tensor, syntax: Features | None = None
 ) -> list[float]:
     """Sum of log-probabilities of given ``<s> y </s>`` translations (contrastive scoring)."""
     logits = model(src, tgt[:, :-1], syntax)
@@ -182,11 +183,11 @@ def translate_corpus(
 
     model.eval()
     n = len(corpus) if limit is None else min(limit, len(corpus))
-    feats, opts = model.syntax_features(), model.feature_options()
+    requests = model.feature_requests()
     out: list[str] = []
     for start in range(0, n, settings.batch_sentences):
         index = list(range(start, min(n, start + settings.batch_sentences)))
-        b = make_batch(corpus, index, feats, opts)
+        b = make_batch(corpus, index, requests)
         if device is not None:
             b = b.to(device)
         ids = beam_search(

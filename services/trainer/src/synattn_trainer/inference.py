@@ -50,11 +50,11 @@ def score_split(checkpoint: Path, data: Path) -> list[float]:
     model, cfg = load_model(checkpoint, device)
     tok = load_tokenizer(cfg.data.tokenizer)
     corpus = load_corpus(data, tok, source_eos=cfg.data.source_eos)
-    features = model.syntax_features()
+    requests = model.feature_requests()
     out: list[float] = []
     for start in range(0, len(corpus), 64):
         index = list(range(start, min(len(corpus), start + 64)))
-        b = make_batch(corpus, index, features, model.feature_options()).to(device)
+        b = make_batch(corpus, index, requests).to(device)
         tgt = torch.cat([b.tgt_in[:, :1], b.tgt_out], 1)
         out.extend(forced_scores(model, b.src, tgt, b.syntax))
     return out
@@ -76,7 +76,7 @@ def applied_attention(
     if not 0 <= row < len(corpus):
         raise IndexError(f"row {row} is outside 0..{len(corpus) - 1}")
     modules = model.attention_modules()
-    b = make_batch(corpus, [row], model.syntax_features(), model.feature_options())
+    b = make_batch(corpus, [row], model.feature_requests())
     try:
         for _, _, m in modules:
             m.keep_probs = True

@@ -6,15 +6,17 @@ point in ``synattn_trainer.variants.base``). Vanilla attention runs through the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from synattn_shared.requests import FeatureRequest
 from synattn_trainer.config import AttentionType, ModelConfig, TrainConfig
+from synattn_trainer.data import Features
 from synattn_trainer.tokenizer import EOS_ID, PAD_ID
 from synattn_trainer.variants import AttentionVariant, AttnContext, build_layer_variant
 
@@ -235,7 +237,8 @@ class Encoded:
 
     memory: Tensor
     src_pad: Tensor
-    syntax: dict[str, Tensor] = field(default_factory=dict)
+    src_eos: Tensor
+    syntax: Features = field(default_factory=dict)
 
 
 class Transformer(nn.Module):
@@ -292,28 +295,13 @@ class Transformer(nn.Module):
             mods.append(("enc_dec", i, dec.cross_attn))
         return mods
 
-    def syntax_features(self) -> tuple[str, ...]:
-        """The syntax features some variant of this model needs in each batch."""
-        names: dict[str, None] = {}
-        for _, _, mod in self.attention_modules():
-            names.update(dict.fromkeys(mod.variant.features))
-        return tuple(names)
-
-    def feature_options(self) -> dict[str, Any]:
-        """The options the batch features are built with, agreed by every variant.
-
-        Raises:
-            ValueError: two variants need one option with different values.
-        """
-        opts: dict[str, Any] = {}
-        for kind, layer, mod in self.attention_modules():
-            for key, value in mod.variant.feature_options().items():
-                if key in opts and opts[key] != value:
-                    raise ValueError(
-                        f"{kind} layer {layer} needs {key}={value}, another variant {opts[key]}"
-                    )
-                opts[key] = value
-        return opts
+    def feature_requests(self) -> tuple[FeatureRequest, ...]:
+        """The syntax features some variant of this model needs in each batch (each once)."""
+        return tuple(
+            dict.fromkeys(
+                r for _, _, mod in self.attention_modules() for r in mod.variant.requests()
+            )
+        )
 
     def ablate_fixed_heads(self, heads: Sequence[int]) -> int:
         """Test-time ablation of fixed-pattern heads (seed 001 §5), in eval mode only; returns
@@ -362,14 +350,15 @@ class Transformer(nn.Module):
         out: Tensor = self.drop(x)
         return out
 
-    def encode(self, src: Tensor, syntax: dict[str, Tensor] | None = None) -> Encoded:
-        src_pad = src.eq(PAD_ID)
-        syn = {**(syntax or {}), "src_eos": src.eq(EOS_ID)}
+    def encode(self, src: Tensor, syntax: Features | None = None) -> Encoded:
+        src_pad, src_eos, syn = src.eq(PAD_ID), src.eq(EOS_ID), syntax or {}
         x = self._embed(self.embed, src)
+        memo: dict[Hashable, Tensor] = {}
         for i, layer in enumerate(self.encoder):
-            ctx = AttnContext("enc_self", i, src_pad, src_pad, syn, self.state)
+            ctx = AttnContext("enc_self", i, src_pad, src_pad, syn, self.state, src_eos=src_eos,
+                              memo=memo)  # fmt: skip
             x = layer(x, ctx)
-        return Encoded(self.enc_norm(x), src_pad, syn)
+        return Encoded(self.enc_norm(x), src_pad, src_eos, syn)
 
     def decode(self, tgt_in: Tensor, enc: Encoded) -> Tensor:
         """Logits ``[B, T, V]`` for every target prefix position."""
@@ -378,7 +367,8 @@ class Transformer(nn.Module):
         y = self._embed(self.tgt_embed, tgt_in)
         for i, layer in enumerate(self.decoder):
             self_ctx = AttnContext("dec_self", i, tgt_pad, tgt_pad, enc.syntax, self.state)
-            cross_ctx = AttnContext("enc_dec", i, enc.src_pad, tgt_pad, enc.syntax, self.state)
+            cross_ctx = AttnContext("enc_dec", i, enc.src_pad, tgt_pad, enc.syntax, self.state,
+                                    src_eos=enc.src_eos)  # fmt: skip
             y = layer(y, enc.memory, self_ctx, cross_ctx)
         y = self.dec_norm(y)
         weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
@@ -401,15 +391,14 @@ class Transformer(nn.Module):
             cache.append({})
         for i, layer in enumerate(self.decoder):
             self_ctx = AttnContext("dec_self", i, tgt_pad, last_pad, enc.syntax, self.state)
-            cross_ctx = AttnContext("enc_dec", i, enc.src_pad, last_pad, enc.syntax, self.state)
+            cross_ctx = AttnContext("enc_dec", i, enc.src_pad, last_pad, enc.syntax, self.state,
+                                    src_eos=enc.src_eos)  # fmt: skip
             y = layer(y, enc.memory, self_ctx, cross_ctx, cache[i])
         y = self.dec_norm(y)
         weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
         return F.linear(y[:, -1], weight, self.out_bias)
 
-    def forward(
-        self, src: Tensor, tgt_in: Tensor, syntax: dict[str, Tensor] | None = None
-    ) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, syntax: Features | None = None) -> Tensor:
         return self.decode(tgt_in, self.encode(src, syntax))
 
     def aux_loss(self) -> Tensor | None:

@@ -173,8 +173,7 @@ class Trainer:
         self.valid_data = load_corpus(cfg.data.valid, self.tok, source_eos=eos)
         self.model = Transformer(cfg, self.tok.get_vocab_size()).to(device)
         self.model.state["max_updates"] = cfg.train.max_updates  # pre-warm-up fractions
-        self.features = self.model.syntax_features()
-        self.feature_opts = self.model.feature_options()
+        self.requests = self.model.feature_requests()
         self.net: nn.Module = self.model
         if self.world > 1:
             self.net = nn.parallel.DistributedDataParallel(
@@ -379,10 +378,7 @@ class Trainer:
         Benchmarks call this too, so they time exactly what training does."""
         cfg = self.cfg
         self.model.state.update(update=self.update, epoch=self.epoch)
-        batches = [
-            make_batch(self.train_data, b, self.features, self.feature_opts).to(self.device)
-            for b in group
-        ]
+        batches = [make_batch(self.train_data, b, self.requests).to(self.device) for b in group]
         global_tokens = global_sum(sum(b.ntokens for b in batches), self.device)
         loss_sum = nll_sum = 0.0
         for micro, b in enumerate(batches):
@@ -496,7 +492,7 @@ class Trainer:
             0,
             -1,
         ):
-            b = make_batch(data, index, self.features, self.feature_opts).to(self.device)
+            b = make_batch(data, index, self.requests).to(self.device)
             logits = self.model(b.src, b.tgt_in, b.syntax)
             loss, nll = token_loss(logits, b.tgt_out, self.cfg.optim.label_smoothing)
             loss_sum += float(loss)

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from synattn_shared.defaults import LP_OUTSIDE, RP_CLIP, SLA_M, SLR_TAU
+from synattn_shared.syntax.phrase import LpOutside
 from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
 
 Heads = list[int] | Literal["all"]
@@ -64,8 +66,8 @@ class DeaConfig(VariantConfig):
 class LpeaConfig(VariantConfig):
     """Local-phrase bias ``P = -|tanh(W_P M + b_P) U_P|`` over clipped RP (§4.4)."""
 
-    k: int = Field(6, ge=0, le=62)
-    lp_outside: Literal["clip", "extra_index", "mask"] = "clip"
+    k: int = Field(RP_CLIP, ge=0, le=62)
+    lp_outside: LpOutside = LP_OUTSIDE
     heads: Heads = "all"
 
     def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
@@ -87,7 +89,7 @@ class LocalnessConfig(VariantConfig):
 class SlrConfig(VariantConfig):
     """Soft syntactic local range ``log m`` with temperature ``tau`` (§2.4-2.6)."""
 
-    tau: float = Field(10.0, gt=0, le=1e6)
+    tau: float = Field(SLR_TAU, gt=0, le=1e6)
     mode: Literal["pure", "avg", "gated"] = "gated"
     ignore_p: float = Field(0.0, ge=0, lt=1, description="syntax-ignoring dropout on A_syn")
     prewarm_epochs: int = Field(0, ge=0, le=10_000, description="epochs with the gate frozen")
@@ -116,8 +118,8 @@ class RheConfig(VariantConfig):
     mode: Literal["enliven", "prune"] = "enliven"
     gate: Literal["dynamic", "fixed"] = "dynamic"
     f_gate: float = Field(0.5, gt=0, le=1)
-    k: int = Field(6, ge=0, le=62, description="LPEA clip")
-    lp_outside: Literal["clip", "extra_index", "mask"] = "clip"
+    k: int = Field(RP_CLIP, ge=0, le=62, description="LPEA clip")
+    lp_outside: LpOutside = LP_OUTSIDE
 
     def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
         source_only(kind, "rhe")
@@ -157,7 +159,7 @@ class PascalConfig(VariantConfig):
 class SlaConfig(VariantConfig):
     """Dependency-distance local mask mixed with global attention by a naive gate (§7.5)."""
 
-    m: int = Field(3, ge=0, le=4096)
+    m: int = Field(SLA_M, ge=0, le=4096)
     neighbour_union: bool = True
     punct_visible: bool = True
     gate: Literal["token", "head"] = "token"

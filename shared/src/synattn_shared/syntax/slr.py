@@ -18,6 +18,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from synattn_shared.defaults import SLR_TAU
+
 SlrTies = Literal["strict", "inclusive"]
 SlrMode = Literal["hard", "soft"]
 
@@ -84,7 +86,7 @@ def _log_factor(
 
 def slr_log_mask(
     d: npt.ArrayLike,
-    tau: float = 10.0,
+    tau: float = SLR_TAU,
     mode: SlrMode = "soft",
     ties: SlrTies = "strict",
     lengths: npt.ArrayLike | None = None,
@@ -134,7 +136,7 @@ def slr_log_mask(
 
 
 def slr_mask(
-    d: npt.ArrayLike, tau: float = 10.0, mode: SlrMode = "soft", ties: SlrTies = "strict"
+    d: npt.ArrayLike, tau: float = SLR_TAU, mode: SlrMode = "soft", ties: SlrTies = "strict"
 ) -> npt.NDArray[np.float32]:
     """SLR as a multiplicative mask ``m`` in ``(0, 1]`` or ``{0, 1}``, one sentence."""
     return np.exp(slr_log_mask(d, tau=tau, mode=mode, ties=ties)).astype(np.float32)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from synattn_shared.defaults import SLA_M
 from synattn_shared.syntax.dependency import validate_heads
 from synattn_shared.syntax.subword import expand_matrix
 
@@ -60,7 +61,7 @@ def pascal_centres(
 
 def sla_keep_mask(
     hops: npt.ArrayLike,
-    m: int = 3,
+    m: int = SLA_M,
     neighbour_union: bool = True,
     is_punct: Sequence[bool] | None = None,
     subword_to_word: npt.ArrayLike | None = None,

@@ -20,12 +20,13 @@ validates the options with the variant's typed config.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from torch import Tensor, nn
 
+from synattn_shared.requests import FeatureRequest
 from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
 from synattn_trainer.variant_options import OPTIONS, VanillaConfig, VariantConfig, variant_options
 
@@ -39,7 +40,10 @@ class AttnContext:
         layer: 0-based layer index within its stack.
         key_padding: ``[B, Tk]`` True at padded keys.
         query_padding: ``[B, Tq]`` True at padded queries.
-        syntax: per-batch syntax tensors (source side, subword level), by feature name.
+        syntax: per-batch syntax tensors (source side, subword level), keyed by the request
+            that asked for each (``synattn_shared.requests``).
+        src_eos: ``[B, Ts]`` True at the source's ``</s>`` (None when the source has none).
+        memo: tensors computed once per forward and shared by the layers (fixed patterns).
         state: training progress (``update``, ``epoch``) for schedules such as pre-warm-up.
     """
 
@@ -47,13 +51,15 @@ class AttnContext:
     layer: int
     key_padding: Tensor | None
     query_padding: Tensor | None
-    syntax: dict[str, Tensor] = field(default_factory=dict)
+    syntax: Mapping[FeatureRequest, Tensor] = field(default_factory=dict)
     state: dict[str, int] = field(default_factory=dict)
     layer_input: Tensor | None = None  # [B, Tq, D], set by the attention before the hooks
     dropout: float = 0.0  # attention dropout rate of this call (0 in eval)
     value_term: Callable[[Tensor], Tensor | None] | None = None  # peers' extra value terms
     keep_probs: bool = False  # analysis asks: a replacing ``attend`` reports what it applied
     probs: Tensor | None = None  # [B, H, Tq, Tk] the probabilities ``attend`` applied
+    src_eos: Tensor | None = None
+    memo: dict[Hashable, Tensor] = field(default_factory=dict)
 
     def report(self, probs: Tensor) -> None:
         """Called by ``attend``: these are the attention probabilities it applied (before
@@ -63,13 +69,8 @@ class AttnContext:
 
 
 class AttentionVariant(nn.Module):
-    """Vanilla attention; subclasses override the hooks they need.
+    """Vanilla attention; subclasses override the hooks they need."""
 
-    Class attributes:
-        features: syntax features the batch must carry (``synattn_shared.materialise`` names).
-    """
-
-    features: ClassVar[tuple[str, ...]] = ()
     replaces_out_proj: ClassVar[bool] = False  # aggregate() never falls back to W^O
 
     def bind(self, peers: list[AttentionVariant]) -> None:
@@ -79,9 +80,10 @@ class AttentionVariant(nn.Module):
         """The variants this module is made of (itself; a ``Composite``: its parts)."""
         return [self]
 
-    def feature_options(self) -> dict[str, Any]:
-        """Options the batch features must be built with (e.g. ``{"tau": 10.0}``)."""
-        return {}
+    def requests(self) -> tuple[FeatureRequest, ...]:
+        """The syntax features every batch must carry for this variant (read back from
+        ``ctx.syntax`` with the same request as the key)."""
+        return ()
 
     def __init__(
         self, config: VariantConfig, model: ModelConfig, kind: AttentionType, layer: int
@@ -188,21 +190,8 @@ class Composite(AttentionVariant):
     def members(self) -> list[AttentionVariant]:
         return list(self.parts)  # type: ignore[arg-type]
 
-    @property
-    def features(self) -> tuple[str, ...]:  # type: ignore[override]
-        names: dict[str, None] = {}
-        for m in self.members():
-            names.update(dict.fromkeys(m.features))
-        return tuple(names)
-
-    def feature_options(self) -> dict[str, Any]:
-        opts: dict[str, Any] = {}
-        for m in self.members():
-            for key, value in m.feature_options().items():
-                if key in opts and opts[key] != value:
-                    raise ValueError(f"{self.kind} layer {self.layer}: two values for {key}")
-                opts[key] = value
-        return opts
+    def requests(self) -> tuple[FeatureRequest, ...]:
+        return tuple(dict.fromkeys(r for m in self.members() for r in m.requests()))
 
     def logit_bias(self, q: Tensor, k: Tensor, ctx: AttnContext) -> Tensor | None:
         total: Tensor | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from synattn_shared.requests import DeaBias, FeatureRequest
 from synattn_trainer.variant_options import DeaConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
 from synattn_trainer.variants.common import on_heads
@@ -15,7 +16,8 @@ class Dea(AttentionVariant):
 
     config: DeaConfig
 
-    features = ("dea_bias",)
+    def requests(self) -> tuple[FeatureRequest, ...]:
+        return (DeaBias(),)
 
     def logit_bias(self, q: Tensor, k: Tensor, ctx: AttnContext) -> Tensor | None:
-        return on_heads(ctx.syntax["dea_bias"][:, None], self.config.heads, self.heads)
+        return on_heads(ctx.syntax[DeaBias()][:, None], self.config.heads, self.heads)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from synattn_shared.requests import FeatureRequest, WordIds
 from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.patterns import token_patterns, word_patterns
 from synattn_trainer.variant_options import FixedConfig
@@ -23,9 +24,8 @@ class Fixed(AttentionVariant):
     ) -> None:
         super().__init__(config, model, kind, layer)
 
-    @property
-    def features(self) -> tuple[str, ...]:  # type: ignore[override]
-        return ("word_ids",) if self.config.word_based else ()
+    def requests(self) -> tuple[FeatureRequest, ...]:
+        return (WordIds(),) if self.config.word_based else ()
 
     def patterns(self, ctx: AttnContext, t: int, device: torch.device) -> Tensor:
         """``[B, F, T, T]`` patterns of the batch (zero rows and columns at padding)."""
@@ -36,7 +36,7 @@ class Fixed(AttentionVariant):
         for s in range(b):
             n = int((~pad[s]).sum()) if pad is not None else t
             if self.config.word_based:
-                ids = ctx.syntax["word_ids"][s, :n].cpu().numpy()
+                ids = ctx.syntax[WordIds()][s, :n].cpu().numpy()
                 p = word_patterns(ids)
             else:
                 p = token_patterns(n)
@@ -47,10 +47,10 @@ class Fixed(AttentionVariant):
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
     ) -> Tensor | None:
         f = self.config.fixed
-        key = f"_fixed:{self.config.word_based}:{f}"  # built once per forward, shared by layers
-        if key not in ctx.syntax:
-            ctx.syntax[key] = self.patterns(ctx, k.shape[2], v.device)
-        p = ctx.syntax[key].to(v.dtype)
+        key = ("fixed", self.config.word_based, f)  # built once per forward, shared by layers
+        if key not in ctx.memo:
+            ctx.memo[key] = self.patterns(ctx, k.shape[2], v.device)
+        p = ctx.memo[key].to(v.dtype)
         drop = ctx.dropout if self.config.dropout_on_fixed else 0.0
         fixed = F.dropout(p, drop, drop > 0) @ v[:, :f]
         if f == self.heads:

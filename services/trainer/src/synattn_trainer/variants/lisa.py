@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from synattn_shared.requests import FeatureRequest, LisaTarget
 from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.variant_options import LisaConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
@@ -15,20 +16,21 @@ from synattn_trainer.variants.base import AttentionVariant, AttnContext, registe
 class Lisa(AttentionVariant):
     config: LisaConfig
 
-    features = ("lisa_target",)
-
     def __init__(
         self, config: LisaConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
         super().__init__(config, model, kind, layer)
         self._loss: Tensor | None = None
 
+    def requests(self) -> tuple[FeatureRequest, ...]:
+        return (LisaTarget(),)
+
     def needs_probs(self, ctx: AttnContext) -> bool:
         return self.training
 
     def observe(self, probs: Tensor, ctx: AttnContext) -> None:
         a = probs[:, self.config.head].float()  # [B, T, T]
-        given = ctx.syntax["lisa_target"].long()  # -1: the row has no parse
+        given = ctx.syntax[LisaTarget()].long()  # -1: the row has no parse
         real = (
             torch.ones_like(given, dtype=torch.bool)
             if ctx.query_padding is None

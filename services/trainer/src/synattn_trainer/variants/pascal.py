@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor
 
+from synattn_shared.requests import FeatureRequest, PascalCentre
 from synattn_trainer.variant_options import PascalConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
 from synattn_trainer.variants.common import apply, head_mask, logits_of, softmax
@@ -16,7 +17,8 @@ from synattn_trainer.variants.common import apply, head_mask, logits_of, softmax
 class Pascal(AttentionVariant):
     config: PascalConfig
 
-    features = ("pascal_centre",)
+    def requests(self) -> tuple[FeatureRequest, ...]:
+        return (PascalCentre(),)
 
     def density(self, centres: Tensor, tk: int) -> Tensor:
         """``N_sj`` ``[B, T, T]``: normal density around each query's centre."""
@@ -30,7 +32,7 @@ class Pascal(AttentionVariant):
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
     ) -> Tensor | None:
         x = logits_of(q, k, None)
-        n = self.density(ctx.syntax["pascal_centre"], k.shape[2])[:, None].expand_as(x)
+        n = self.density(ctx.syntax[PascalCentre()], k.shape[2])[:, None].expand_as(x)
         if self.training and self.config.parent_ignoring > 0:
             drop = torch.rand(x.shape[:3], device=x.device) < self.config.parent_ignoring
             n = torch.where(drop[..., None], torch.ones_like(n), n)

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from synattn_shared.requests import DeaBias, DeaMask, FeatureRequest, RpIndex
 from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.variant_options import RheConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
@@ -46,13 +47,15 @@ class Rhe(AttentionVariant):
     ) -> None:
         super().__init__(config, model, kind, layer)
         self.phrasal = (
-            PhrasalBias(self.d_head, config.k, config.lp_outside) if config.sea == "lpea" else None
+            PhrasalBias(RpIndex(config.k, config.lp_outside), self.d_head)
+            if config.sea == "lpea"
+            else None
         )
         self.last_labels: Tensor | None = None
 
-    @property
-    def features(self) -> tuple[str, ...]:  # type: ignore[override]
-        return ("dea_mask", "rp") if self.config.sea == "lpea" else ("dea_mask", "dea_bias")
+    def requests(self) -> tuple[FeatureRequest, ...]:
+        sea = DeaBias() if self.phrasal is None else self.phrasal.index
+        return (DeaMask(), sea)
 
     def labels(self, probs: Tensor, ctx: AttnContext) -> Tensor:
         """``[B, H]`` True for important heads."""
@@ -62,8 +65,8 @@ class Rhe(AttentionVariant):
             if ctx.key_padding is None
             else ~ctx.key_padding
         )
-        query = real & ~ctx.syntax["src_eos"]
-        h_conf, syn_attn = head_measures(probs, ctx.syntax["dea_mask"], query, real)
+        query = real if ctx.src_eos is None else real & ~ctx.src_eos
+        h_conf, syn_attn = head_measures(probs, ctx.syntax[DeaMask()], query, real)
         gate = (
             torch.sigmoid(h_conf)
             if self.config.gate == "dynamic"
@@ -83,11 +86,7 @@ class Rhe(AttentionVariant):
         if self.config.mode == "prune":
             ctx.report(torch.where(keep, plain, torch.zeros_like(plain)))
             return torch.where(keep, out, torch.zeros_like(out))
-        sea = (
-            ctx.syntax["dea_bias"][:, None]
-            if self.phrasal is None
-            else self.phrasal(ctx.syntax["rp"])
-        )
+        sea = ctx.syntax[DeaBias()][:, None] if self.phrasal is None else self.phrasal(ctx)
         lively = softmax(x + sea)
         ctx.report(torch.where(keep, plain, lively))
         enlivened = self._values(lively, v, ctx)

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from synattn_shared.requests import FeatureRequest, SlaKeep
 from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.variant_options import SlaConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
@@ -17,31 +18,24 @@ from synattn_trainer.variants.common import apply, logits_of, softmax
 class Sla(AttentionVariant):
     config: SlaConfig
 
-    features = ("sla_keep",)
-
     def __init__(
         self, config: SlaConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
         super().__init__(config, model, kind, layer)
         self.gate = nn.Linear(model.d_model, 1 if config.gate == "token" else model.heads)
         self.last_gate: Tensor | None = None
+        self.keep = SlaKeep(config.m, config.neighbour_union, config.punct_visible)
 
-    def feature_options(self) -> dict[str, object]:
-        c = self.config
-        return {
-            "sla_m": c.m,
-            "sla_neighbour_union": c.neighbour_union,
-            "sla_punct_visible": c.punct_visible,
-        }
+    def requests(self) -> tuple[FeatureRequest, ...]:
+        return (self.keep,)
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
     ) -> Tensor | None:
         assert ctx.layer_input is not None
         x = logits_of(q, k, mask)
-        local_bias = torch.zeros_like(ctx.syntax["sla_keep"], dtype=x.dtype).masked_fill(
-            ~ctx.syntax["sla_keep"], -math.inf
-        )
+        keep = ctx.syntax[self.keep]
+        local_bias = torch.zeros_like(keep, dtype=x.dtype).masked_fill(~keep, -math.inf)
         local_p, glob_p = softmax(x + local_bias[:, None]), softmax(x)
         local = apply(local_p, v, ctx.dropout, ctx.dropout > 0)
         glob = apply(glob_p, v, ctx.dropout, ctx.dropout > 0)

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from synattn_shared.requests import FeatureRequest, SlrBias
 from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.variant_options import SlrConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
@@ -45,22 +46,21 @@ class Slr(AttentionVariant):
 
     config: SlrConfig
 
-    features = ("slr_bias",)
-
     def __init__(
         self, config: SlrConfig, model: ModelConfig, kind: AttentionType, layer: int
     ) -> None:
         super().__init__(config, model, kind, layer)
         self.gate = SlrGate(model.d_model, model.heads) if config.mode == "gated" else None
         self.last_gate: Tensor | None = None
+        self.slr = SlrBias(tau=config.tau)
 
-    def feature_options(self) -> dict[str, float]:
-        return {"tau": self.config.tau}
+    def requests(self) -> tuple[FeatureRequest, ...]:
+        return (self.slr,)
 
     def logit_bias(self, q: Tensor, k: Tensor, ctx: AttnContext) -> Tensor | None:
         if self.config.mode != "pure":
             return None
-        return on_heads(ctx.syntax["slr_bias"][:, None], self.config.heads, self.heads)
+        return on_heads(ctx.syntax[self.slr][:, None], self.config.heads, self.heads)
 
     def frozen(self, state: dict[str, int]) -> bool:
         """Pre-warm-up (seed 003 §4): the gate network takes no gradient for the first
@@ -74,7 +74,7 @@ class Slr(AttentionVariant):
     def gate_values(self, ctx: AttnContext) -> Tensor:
         """``[B, H]`` gate per sentence and head (0 on heads that take no syntax)."""
         b = ctx.layer_input.shape[0] if ctx.layer_input is not None else 1
-        device = ctx.syntax["slr_bias"].device
+        device = ctx.syntax[self.slr].device
         if self.gate is None:
             g = torch.full((b, self.heads), 0.5, device=device)
         else:
@@ -94,7 +94,7 @@ class Slr(AttentionVariant):
             return None
         x = logits_of(q, k, mask)
         raw = softmax(x)
-        syn = softmax(x + ctx.syntax["slr_bias"][:, None])
+        syn = softmax(x + ctx.syntax[self.slr][:, None])
         if self.training and self.config.ignore_p > 0:
             syn = F.dropout(syn, self.config.ignore_p)
         g = self.gate_values(ctx)
