@@ -26,10 +26,14 @@ def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
                         "--report-dir", str(report_dir), check=False, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    for name in ("vanilla (baseline)", "dea", "slr-gated", "p vs vanilla", "BLEU"):
+    for name in ("vanilla (baseline)", "dea", "slr-gated", "p (bootstrap)", "verdict", "BLEU"):
         assert name in out, out
+    # one seed: every verdict is inconclusive, and the table says why in words
+    assert "inconclusive" in out and "better" not in out and "worse" not in out
+    assert "warning: Only 1 seed per variant" in " ".join(out.split())
     assert f"report: {report_dir / 'report.html'}" in out.replace("\n", "")
     html = (report_dir / "report.html").read_text()
+    assert 'role="alert"' in html and "Only 1 seed per variant" in html
     # loss curves, the slr-gated gate heatmap, a head-importance heatmap per run
     assert html.count("data:image/png;base64") == 5
     assert "Gates per layer and head: slr-gated-s1" in html

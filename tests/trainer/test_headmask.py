@@ -16,6 +16,8 @@ from synattn_trainer.data import load_corpus, make_batch
 from synattn_trainer.model import Transformer
 from synattn_trainer.tokenizer import load_tokenizer
 from synattn_trainer.train import Trainer
+from synattn_trainer.variants import AttnContext
+from synattn_trainer.variants.headgate import HeadGates
 from tests.trainer.conftest import tiny_config
 
 
@@ -110,7 +112,7 @@ def test_headmask_training_runs_and_inference_is_unmasked(mode, m30k, tmp_path) 
     trainer._headmask_gates = spy  # type: ignore[method-assign]
     trainer.train()
     assert len(seen) == 3 and all(len(s) == 5 for s in seen)
-    assert all(m.gates is None for _, _, m in trainer.model.attention_modules())
+    assert all(m.head_gates.gates is None for _, _, m in trainer.model.attention_modules())
 
 
 def test_analyze_cli_writes_json_and_figures(m30k, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -136,3 +138,24 @@ def test_analyze_cli_writes_json_and_figures(m30k, tmp_path) -> None:  # type: i
     assert curves["descending"][-1] == curves["ascending"][-1]  # everything masked either way
     for png in ("importance.png", "confidence.png", "importance-hist.png", "masking-curves.png"):
         assert (out / png).read_bytes().startswith(b"\x89PNG")
+
+
+def test_head_gates_are_a_hook_after_the_variant_and_not_in_checkpoints(m30k, setup) -> None:  # type: ignore[no-untyped-def]
+    _, tok = setup
+    cfg = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0})
+    model = Transformer(cfg, tok.get_vocab_size()).eval()
+    for _, _, m in model.attention_modules():
+        first, last = m.hooks.members()
+        assert first is m.variant and last is m.head_gates and isinstance(last, HeadGates)
+    assert not any("head_gates" in k or "hooks" in k for k in model.state_dict())
+    # gating every head of the first encoder layer to 0 leaves only W^O's bias there
+    x = torch.randn(1, 5, cfg.model.d_model)
+    attn = model.encoder[0].self_attn
+    gates = torch.ones(1, model.num_heads)
+    gates[0, : attn.h] = 0
+    model.set_head_gates(gates)
+    ctx = AttnContext("enc_self", 0, None, None)
+    with torch.no_grad():
+        out = attn(x, x, ctx)
+    model.set_head_gates(None)
+    torch.testing.assert_close(out, attn.out_proj.bias.expand(1, 5, -1))

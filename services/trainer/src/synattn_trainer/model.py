@@ -18,7 +18,8 @@ from synattn_shared.requests import FeatureRequest
 from synattn_trainer.config import AttentionType, ModelConfig, TrainConfig
 from synattn_trainer.data import Features
 from synattn_trainer.tokenizer import EOS_ID, PAD_ID
-from synattn_trainer.variants import AttentionVariant, AttnContext, build_layer_variant
+from synattn_trainer.variants import AttentionVariant, AttnContext, Composite, build_layer_variant
+from synattn_trainer.variants.headgate import HeadGates
 
 
 def combine_masks(
@@ -59,10 +60,18 @@ class MultiHeadAttention(nn.Module):
         self.dropout = cfg.attn_dropout
         self.causal = causal
         self.variant = variant
+        self.head_gates = HeadGates(cfg, variant.kind, variant.layer)  # xi (METHODS-heads §0)
+        # the hooks called: the configured variant(s), then the head gates; not registered as
+        # a submodule, so parameter names (and checkpoints) stay ``variant.*``
+        self.hooks: AttentionVariant
+        object.__setattr__(self, "hooks", Composite([variant, self.head_gates]))
         self.keep_probs = False  # analysis: store the last probabilities in ``last_probs``
         self.last_probs: Tensor | None = None
-        self.gate_offset = 0  # this module's first global head index g (METHODS-heads §0)
-        self.gates: Tensor | None = None  # [B|1, G] head gates xi (HeadMask, ablation, importance)
+
+    @property
+    def gate_offset(self) -> int:
+        """This module's first global head index g (METHODS-heads §0)."""
+        return self.head_gates.offset
 
     def _probs(self, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
         """Explicit softmax probabilities ``[B, H, Tq, Tk]`` of the default path."""
@@ -102,12 +111,12 @@ class MultiHeadAttention(nn.Module):
         ctx.layer_input = x
         p_drop = self.dropout if self.training else 0.0
         ctx.dropout = p_drop
-        bias = self.variant.logit_bias(q, k, ctx)
+        bias = self.hooks.logit_bias(q, k, ctx)
         mask = combine_masks(ctx.key_padding, self.causal, bias, q.shape[2], k.shape[2], x.device)
         # analysis never changes the path: the same computation runs, and reports what it did
         ctx.keep_probs, ctx.probs = self.keep_probs, None
-        ctx.value_term = self.variant.values
-        replaced = self.variant.attend(q, k, v, mask, ctx)
+        ctx.value_term = self.hooks.values
+        replaced = self.hooks.attend(q, k, v, mask, ctx)
         if replaced is not None:
             heads = replaced
             if self.keep_probs:
@@ -117,14 +126,14 @@ class MultiHeadAttention(nn.Module):
                         "reporting its probabilities (ctx.report)"
                     )
                 self.last_probs = ctx.probs
-        elif self.variant.needs_probs(ctx):
+        elif self.hooks.needs_probs(ctx):
             probs = self._probs(q, k, mask)
-            self.variant.observe(probs, ctx)
+            self.hooks.observe(probs, ctx)
             if self.keep_probs:
                 self.last_probs = probs.detach()
             dropped = F.dropout(probs, p_drop, self.training)
             heads = dropped @ v
-            term = self.variant.values(dropped)
+            term = self.hooks.values(dropped)
             if term is not None:
                 heads = heads + term.to(heads.dtype)
         else:
@@ -135,11 +144,8 @@ class MultiHeadAttention(nn.Module):
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
             if self.keep_probs:  # exported beside the fused kernel, which still makes the output
                 self.last_probs = self._probs(q, k, mask).detach()
-        heads = self.variant.head_outputs(heads, ctx)
-        if self.gates is not None:
-            xi = self.gates[:, self.gate_offset : self.gate_offset + self.h]
-            heads = heads * xi[:, :, None, None].to(heads.dtype)
-        out = self.variant.aggregate(heads, self.out_proj, ctx)  # type: ignore[arg-type]
+        heads = self.hooks.head_outputs(heads, ctx)
+        out = self.hooks.aggregate(heads, self.out_proj, ctx)  # type: ignore[arg-type]
         if out is None:
             assert self.out_proj is not None, "a variant without W^O returned no aggregation"
             b, _, t, _ = heads.shape
@@ -278,7 +284,7 @@ class Transformer(nn.Module):
         for kind in ("enc_self", "dec_self", "enc_dec"):  # g = type, then layer, then head
             for k, _, mod in self.attention_modules():
                 if k == kind:
-                    mod.gate_offset = offset
+                    mod.head_gates.offset = offset
                     offset += mod.h
         self.num_heads = offset
         peers = [p for _, _, m in self.attention_modules() for p in m.variant.members()]
@@ -328,7 +334,7 @@ class Transformer(nn.Module):
         if gates is not None and gates.shape[-1] != self.num_heads:
             raise ValueError(f"{gates.shape[-1]} gates for {self.num_heads} heads")
         for _, _, m in self.attention_modules():
-            m.gates = gates
+            m.head_gates.gates = gates
 
     def head_name(self, g: int) -> str:
         """``type.layer.head`` of global head index ``g``."""

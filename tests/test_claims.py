@@ -1,0 +1,53 @@
+"""The README's claims table is generated from results/ and must match it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def claims() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_claims", REPO / "bench" / "claims.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_claims"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_readme_table_matches_results() -> None:
+    c = claims()
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert c.splice(readme, c.render(REPO / "results")) == readme, (
+        "README.md's claims table differs from results/: run python bench/claims.py"
+    )
+
+
+def test_table_rows_come_from_the_reports(tmp_path: Path) -> None:
+    c = claims()
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    rows = [
+        {"variant": "vanilla", "bleu_by_seed": {"1": 20.0, "2": 21.0}, "is_baseline": True},
+        {"variant": "8L", "bleu_by_seed": {"1": 18.0, "2": 18.5}, "is_baseline": True},
+        {"variant": "slr-gated", "bleu_by_seed": {"1": 21.0, "2": 22.5}, "vs": "vanilla",
+         "delta": 1.25, "diffs": {"1": 1.0, "2": 1.5}, "seed_p": 0.2, "p_value": 0.01,
+         "verdict": "inconclusive"},
+    ]  # fmt: skip
+    (exp / "report.json").write_text(json.dumps({"name": "exp", "seeds": [1, 2, 3], "rows": rows}))
+    (exp / "run.json").write_text(json.dumps({
+        "budget": {"model": "3+3 layers", "max_updates": 600, "max_tokens": 2048},
+        "hardware": {"device": "cpu", "cpu_count": 2, "threads_per_worker": 1},
+    }))  # fmt: skip
+    text = c.render(tmp_path)
+    line = next(x for x in text.splitlines() if "`slr-gated`" in x)
+    assert "+1.25 ± 0.35 vs vanilla" in line and "**inconclusive**" in line
+    assert "| 0.200 | 0.010 |" in line and "2 of 3 so far" in line
+    assert "not measured yet" in next(x for x in text.splitlines() if "`rhe+lpea`" in x)
+    assert "+2.25 ± 0.35 BLEU over 2 seeds" in text  # vanilla minus 8L
+    assert "larger than every method's mean" in text
