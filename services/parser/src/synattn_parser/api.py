@@ -1,4 +1,5 @@
-"""The parser REST API: ``/v1/parse``, ``/v1/backends``, ``/v1/health``, ``/v1/ready``, metrics.
+"""The parser REST API: ``/v1/parse``, ``/v1/backends``, ``/v1/health``, ``/v1/ready``, metrics,
+and the parse playground at ``/`` (a page that calls ``/v1/parse`` like any client).
 
 ``create_app`` only assembles: settings, the model pool, middleware, error handlers and the
 routers of ``synattn_parser.routes``. Run it with ``synattn serve-parser`` (header and body
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -21,6 +23,7 @@ from synattn_parser.settings import ParserSettings
 from synattn_shared import __version__
 from synattn_shared.asgi import BodyLimit
 from synattn_shared.webapi import install_error_handlers, problems
+from synattn_shared.webui import install_page
 
 
 def create_app(settings: ParserSettings | None = None) -> FastAPI:
@@ -48,6 +51,7 @@ def create_app(settings: ParserSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(parse.router)
+    install_page(app, Path(__file__).parent / "static", "playground.html")  # the playground
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
     app.add_middleware(Metrics, metrics=metrics)  # outermost: counts 413s
     app.state.pool = pool

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from collections import defaultdict
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from concurrent.futures.thread import BrokenThreadPool
@@ -24,7 +25,7 @@ from synattn_parser.batch import get_parser
 from synattn_parser.batcher import MicroBatcher
 from synattn_parser.core import RowOrError, parse_to_rows
 from synattn_parser.metrics import ParserMetrics
-from synattn_parser.settings import ParserSettings
+from synattn_parser.settings import ParserSettings, Scheme
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.features import FeatureOptions
 from synattn_shared.manifest import ParserInfo
@@ -59,16 +60,26 @@ def _load_in_model_process(name: str, settings_json: str) -> ParserInfo:
     return get_parser(name, _settings(settings_json)).info
 
 
-def _parse_in_model_process(
-    name: str, settings_json: str, batch: list[tuple[str, Any]]
-) -> list[RowOrError]:
-    """One micro-batch: parse and compute rows, in the model process."""
+Item = tuple[str, Any, Scheme | None]  # (sent_id, text or words, derived scheme or default)
+
+
+def _parse_in_model_process(name: str, settings_json: str, batch: list[Item]) -> list[RowOrError]:
+    """One micro-batch: parse and compute rows, in the model process (each request's derived
+    constituency scheme, or the server's)."""
     settings = _settings(settings_json)
     parser = get_parser(name, settings)
-    options = FeatureOptions(derived_scheme=settings.derived_scheme)
-    ids = [sid for sid, _ in batch]
-    items = [item for _, item in batch]
-    return parse_to_rows(parser, items, ids, options, settings.max_tokens)
+    groups: dict[Scheme, list[int]] = defaultdict(list)
+    for k, (_, _, scheme) in enumerate(batch):
+        groups[scheme or settings.derived_scheme].append(k)
+    out: list[RowOrError | None] = [None] * len(batch)
+    for scheme, index in groups.items():
+        rows = parse_to_rows(
+            parser, [batch[k][1] for k in index], [batch[k][0] for k in index],
+            FeatureOptions(derived_scheme=scheme), settings.max_tokens,
+        )  # fmt: skip
+        for k, row in zip(index, rows, strict=True):
+            out[k] = row
+    return out  # type: ignore[return-value]
 
 
 class ParserPool:
@@ -86,7 +97,7 @@ class ParserPool:
         self._settings_json = settings.model_dump_json()
         self.executor = self._new_executor()
         self.infos: dict[str, ParserInfo] = {}
-        self.batchers: dict[str, MicroBatcher[tuple[str, Any], RowOrError]] = {}
+        self.batchers: dict[str, MicroBatcher[Item, RowOrError]] = {}
         self.errors: dict[str, str] = {}
         self._lock = asyncio.Lock()
 
@@ -98,7 +109,7 @@ class ParserPool:
             )
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="parser-model")
 
-    async def get(self, name: str) -> tuple[ParserInfo, MicroBatcher[tuple[str, Any], RowOrError]]:
+    async def get(self, name: str) -> tuple[ParserInfo, MicroBatcher[Item, RowOrError]]:
         """The loaded backend ``name`` (loaded on first use, in the model worker).
 
         Raises:
@@ -132,7 +143,9 @@ class ParserPool:
                     self.infos[name] = info
         return self.infos[name], self.batchers[name]
 
-    async def parse(self, name: str, batch: list[tuple[str, Any]]) -> list[RowOrError]:
+    async def parse(
+        self, name: str, batch: list[tuple[str, Any]], scheme: Scheme | None = None
+    ) -> list[RowOrError]:
         """Rows for ``batch`` (micro-batched with other requests); counts sentences.
 
         Raises:
@@ -141,7 +154,7 @@ class ParserPool:
         """
         info, batcher = await self.get(name)
         try:
-            rows = await batcher.submit(batch)
+            rows = await batcher.submit([(sid, item, scheme) for sid, item in batch])
         except BrokenExecutor:
             await self.reset()
             raise

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from synattn_parser.settings import BackendName
+from synattn_parser.settings import BackendName, Scheme
 from synattn_shared.defaults import RP_CLIP, SLR_TAU
 from synattn_shared.manifest import ParserInfo
 from synattn_shared.materialise import ALL_FEATURES
@@ -49,6 +49,24 @@ class ParseRequest(BaseModel):
     tau: float = Field(SLR_TAU, gt=0, le=1e6, description="soft SLR temperature")
     rp_clip: int = Field(RP_CLIP, ge=0, le=62, description="RP clip distance k (int8 indices)")
     slr_binarize: Literal["right", "none"] = "right"
+    scheme: Scheme | None = Field(
+        None,
+        description="how constituency trees are derived from dependencies when the backend "
+        "has no constituency parser (default: the server's)",
+    )
+    tokenizer: Annotated[str, Field(pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}$")] | None = (
+        Field(
+            None,
+            description="a subword vocabulary of /v1/backends: features at subword level, "
+            "with each sentence's subwords",
+        )
+    )
+    render: list[Literal["dep_svg", "tree"]] = Field(
+        default_factory=list,
+        max_length=2,
+        description="dep_svg: the dependency parse drawn by spaCy's displaCy (SVG text); tree: "
+        "the bracketed constituency tree also when it is derived (with ``scheme``)",
+    )
     format: Literal["compact", "dense"] = Field(
         "compact", description="compact: {shape, dtype, flat data}; dense: nested lists"
     )
@@ -71,9 +89,14 @@ class SentenceResult(BaseModel):
     syn_dist: list[int] | None = Field(None, description="flat syntactic distances, n-1 values")
     const_layer: list[int] | None = None
     has_syntax: bool | None = None
+    subwords: list[str] | None = Field(None, description="pieces of the named vocabulary")
+    subword_to_word: list[int] | None = None
     features: dict[str, Any] | None = Field(
-        None, description="requested features; non-finite values (-inf biases) are null"
+        None,
+        description="requested features (at subword level with a tokenizer); non-finite "
+        "values (-inf biases) are null",
     )
+    dep_svg: str | None = Field(None, description="the dependency parse as SVG (render)")
 
 
 class ParseResponse(BaseModel):
@@ -97,10 +120,13 @@ class BackendInfo(BaseModel):
 
 
 class BackendsResponse(BaseModel):
-    """Every backend and the feature names ``/v1/parse`` accepts."""
+    """Every backend, the feature names, derived-tree schemes and subword vocabularies
+    ``/v1/parse`` accepts."""
 
     backends: list[BackendInfo]
     features: list[str]
+    schemes: list[str] = Field(default_factory=list)
+    tokenizers: list[str] = Field(default_factory=list)
 
 
 class Health(BaseModel):

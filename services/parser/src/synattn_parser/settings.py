@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -10,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 BackendName = Literal["spacy", "benepar", "stanza", "derived", "given"]
 ConstituencyChoice = Literal["auto", "parser", "derived"]
+Scheme = Literal["flat", "two_level", "binary"]  # how a tree is derived from dependencies
 
 
 class ParserSettings(BaseSettings):
@@ -26,7 +28,12 @@ class ParserSettings(BaseSettings):
     benepar_model: str = "benepar_en3"
     stanza_lang: str = "en"
     stanza_dir: str | None = None  # default: stanza's own (~/stanza_resources)
-    derived_scheme: Literal["flat", "two_level", "binary"] = "flat"
+    derived_scheme: Scheme = "flat"
+    tokenizers_dir: Path | None = Field(
+        None,
+        description="a folder of subword vocabularies (NAME.json, HF tokenizers) that requests "
+        "may name to get features at subword level (the playground's subword view)",
+    )
 
     max_sentences: int = Field(256, ge=1, description="sentences per request")
     max_chars: int = Field(2000, ge=1, description="characters per raw sentence")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -10,6 +12,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from synattn_parser.backends import backend_status
 from synattn_parser.deps import Metrics, Pool, Settings
 from synattn_parser.schemas import BackendInfo, BackendsResponse, Health, Ready
+from synattn_parser.settings import Scheme
+from synattn_parser.subwords import vocabularies
 from synattn_shared.materialise import ALL_FEATURES
 from synattn_shared.webapi import StrictJSONRoute, problems
 
@@ -56,6 +60,8 @@ async def backends(cfg: Settings, pool: Pool) -> BackendsResponse:
             for s in statuses
         ],
         features=list(ALL_FEATURES),
+        schemes=list(get_args(Scheme)),
+        tokenizers=vocabularies(cfg),
     )
 
 

@@ -13,9 +13,12 @@ from synattn_parser.core import RowOrError, encode_array
 from synattn_parser.deps import Pool, Settings
 from synattn_parser.pool import BrokenExecutor
 from synattn_parser.schemas import ParseRequest, ParseResponse
-from synattn_parser.settings import ParserSettings
+from synattn_parser.settings import ParserSettings, Scheme
+from synattn_parser.subwords import UnknownVocabulary, pieces, vocabulary
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.materialise import MaterialiseOptions, materialise
+from synattn_shared.syntax.derived import derive_tree
+from synattn_shared.syntax.trees import bracket
 from synattn_shared.webapi import StrictJSONRoute, problems
 
 router = APIRouter(route_class=StrictJSONRoute, tags=["parse"])
@@ -26,15 +29,34 @@ RECORD_FIELDS = (
 )  # fmt: skip
 
 
-def feature_cells(rows: list[RowOrError], features: list[str]) -> int:
+def feature_cells(lengths: list[int], features: list[str]) -> int:
     """An upper bound on the numbers the requested features hold (every format writes each
-    number once): a feature of an n-word sentence has at most max(n*n, 2n) cells."""
-    per_sentence = sum(
-        max(len(r["words"]) ** 2, 2 * len(r["words"]))
-        for r in rows
-        if not isinstance(r, SyntaxInputError)
-    )
-    return per_sentence * len(set(features))
+    number once): a feature of an n-position sentence has at most max(n*n, 2n) cells."""
+    return sum(max(n * n, 2 * n) for n in lengths) * len(set(features))
+
+
+def dependency_svg(row: dict[str, Any]) -> str | None:
+    """The dependency parse drawn by displaCy (words HTML-escaped by displaCy), or None."""
+    heads, rels = row.get("dep_head"), row.get("dep_rel")
+    if heads is None:
+        return None
+    from spacy import displacy
+
+    tags = row.get("upos") or [""] * len(row["words"])
+    words = [{"text": w, "tag": t or ""} for w, t in zip(row["words"], tags, strict=True)]
+    arcs = []
+    for i, h in enumerate(heads):
+        if h == 0:
+            continue
+        head = h - 1
+        label = rels[i] if rels else ""
+        arcs.append({"start": min(i, head), "end": max(i, head), "label": label,
+                     "dir": "left" if i < head else "right"})  # fmt: skip
+    svg: str = displacy.render(
+        {"words": words, "arcs": arcs}, style="dep", manual=True, jupyter=False,
+        options={"compact": True, "distance": 75, "offset_x": 30},
+    )  # fmt: skip
+    return svg
 
 
 def check_request(req: ParseRequest, cfg: ParserSettings) -> None:
@@ -58,7 +80,13 @@ def check_request(req: ParseRequest, cfg: ParserSettings) -> None:
 
 
 def _result(
-    index: int, sent_id: str, row: RowOrError, req: ParseRequest, opts: MaterialiseOptions
+    index: int,
+    sent_id: str,
+    row: RowOrError,
+    req: ParseRequest,
+    opts: MaterialiseOptions,
+    split: tuple[list[str], list[int]] | None = None,
+    scheme: Scheme = "flat",
 ) -> dict[str, Any]:
     """One ``SentenceResult`` as a plain dict (built directly: this is the hot path)."""
     if isinstance(row, SyntaxInputError):
@@ -67,8 +95,17 @@ def _result(
     for key in RECORD_FIELDS:
         if row.get(key) is not None:
             out[key] = row[key]
+    if split is not None:
+        out["subwords"], out["subword_to_word"] = split
+    if "dep_svg" in req.render and (svg := dependency_svg(row)) is not None:
+        out["dep_svg"] = svg
+    if "tree" in req.render and out.get("tree") is None and row.get("dep_head") is not None:
+        out["tree"] = bracket(
+            derive_tree(row["words"], row["dep_head"], row.get("upos"), row.get("xpos"), scheme)
+        )
     if req.features:
-        mats = materialise(row, tuple(dict.fromkeys(req.features)), opts)
+        s2w = None if split is None else split[1]
+        mats = materialise(row, tuple(dict.fromkeys(req.features)), opts, s2w)
         out["features"] = {
             k: None if v is None else encode_array(v, req.format)
             for k, v in mats.items()
@@ -90,18 +127,33 @@ async def parse(req: ParseRequest, cfg: Settings, pool: Pool) -> Response:
     name = req.backend or cfg.backend
     ids = req.ids or [str(k) for k in range(n)]
     try:
-        rows = await pool.parse(name, list(zip(ids, req.sentences, strict=True)))
+        vocab = None if req.tokenizer is None else vocabulary(cfg, req.tokenizer)
+    except UnknownVocabulary as exc:
+        raise HTTPException(422, str(exc)) from None
+    try:
+        rows = await pool.parse(name, list(zip(ids, req.sentences, strict=True)), req.scheme)
     except BackendUnavailable as exc:
         raise HTTPException(422, f"backend {name!r} is not available here: {exc}") from None
     except BrokenExecutor:
         raise HTTPException(503, "the parser worker died; it is restarting, retry") from None
-    info = pool.infos[name]
+    info = pool.infos[name].model_copy()
+    if req.scheme is not None and info.constituency.startswith("derived"):
+        info.constituency = f"derived:{req.scheme}"
     errors = [(k, r) for k, r in enumerate(rows) if isinstance(r, SyntaxInputError)]
     if req.strict and errors:
         k, failure = errors[0]
         raise HTTPException(422, f"sentence {k}: {failure.reason}")
+    splits: list[tuple[list[str], list[int]] | None] = [
+        None if vocab is None or isinstance(r, SyntaxInputError) else pieces(vocab, r["words"])
+        for r in rows
+    ]
     if req.features:
-        cells = feature_cells(rows, list(req.features))
+        lengths = [
+            len(r["words"]) if sp is None else len(sp[1])
+            for r, sp in zip(rows, splits, strict=True)
+            if not isinstance(r, SyntaxInputError)
+        ]
+        cells = feature_cells(lengths, list(req.features))
         if cells > cfg.max_response_cells:
             raise HTTPException(
                 413,
@@ -111,10 +163,12 @@ async def parse(req: ParseRequest, cfg: Settings, pool: Pool) -> Response:
     opts = MaterialiseOptions(tau=req.tau, rp_clip=req.rp_clip, slr_binarize=req.slr_binarize)
 
     def build() -> list[dict[str, Any]]:
-        return [_result(k, ids[k], r, req, opts) for k, r in enumerate(rows)]
+        scheme = req.scheme or cfg.derived_scheme
+        return [_result(k, ids[k], r, req, opts, splits[k], scheme) for k, r in enumerate(rows)]
 
     try:
-        results = await run_in_threadpool(build) if req.features else build()
+        slow = req.features or req.render
+        results = await run_in_threadpool(build) if slow else build()
     except ValueError as exc:  # an option combination the feature code refuses
         raise HTTPException(422, str(exc)) from None
     body = {

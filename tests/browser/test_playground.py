@@ -1,0 +1,96 @@
+"""The parse playground in a real browser against a real uvicorn parser server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from tests.browser.conftest import SIZE, assert_own_origin, screenshot, wait_for
+from tests.parser.conftest import TEST_LIMITS, api_server
+
+SENTENCE = "Bush held a talk with Sharon ."  # pretokenised: 7 words
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@pytest.fixture(scope="module")
+def playground(tmp_path_factory: pytest.TempPathFactory, m30k: dict[str, Path]) -> Iterator[str]:
+    """A parser server with one subword vocabulary (the test data's tokenizer) configured."""
+    vocab = tmp_path_factory.mktemp("vocab")
+    shutil.copy(m30k["tokenizer"], vocab / "m30k.json")
+    log = tmp_path_factory.mktemp("server") / "uvicorn.log"
+    with api_server({**TEST_LIMITS, "PARSER_TOKENIZERS_DIR": str(vocab)}, log) as (_, url):
+        yield url
+
+
+def cells(driver: WebDriver, level: str, feature: str) -> list[str]:
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(td => td.dataset.value);",
+        f"#heatmaps-{level} table[data-feature='{feature}'] td.cell",
+    )
+
+
+def test_playground_draws_arcs_tree_and_heatmaps(playground: str, browser: WebDriver,
+                                                 tmp_path: Path) -> None:  # fmt: skip
+    page = httpx.get(playground + "/")
+    assert (
+        page.status_code == 200 and "default-src 'self'" in page.headers["content-security-policy"]
+    )
+    url = f"{playground}/?text={quote(SENTENCE)}&pretok=1&tau=10&k=6&tokenizer=m30k"
+    browser.get(url)
+    wait_for(browser, "document.body.dataset.parsed")
+    # displaCy's arcs: one labelled arc per non-root word
+    arcs = browser.find_elements(By.CSS_SELECTOR, "#arcs svg.displacy .displacy-arc")
+    labels = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#arcs svg textPath")]
+    assert len(arcs) == 6 and "nsubj" in labels
+    # the tree: derived from the dependencies, and says so; every word is a leaf
+    leaves = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#tree svg text.leaf")]
+    assert leaves == SENTENCE.split()
+    assert "derived from the dependency parse" in browser.find_element(By.ID, "tree-source").text
+    # every heatmap, with a cell per (query, key) pair, at word and at subword level
+    for feature in ("slr_soft", "dea_mask", "dep_hops", "rp_index"):
+        assert len(cells(browser, "word", feature)) == 7 * 7, feature
+    subwords = browser.execute_script(
+        "return document.querySelectorAll('#heatmaps-subword table[data-feature=slr_soft] "
+        "thead th').length - 1;"
+    )
+    assert subwords > 7 and len(cells(browser, "subword", "dea_mask")) == subwords**2
+    hover = browser.find_element(By.CSS_SELECTOR, "#heatmaps-word td.cell").get_attribute("title")
+    assert hover is not None and hover.startswith("Bush → Bush:")
+    shot = screenshot(browser, tmp_path / "playground.png")
+    if os.environ.get("SYNATTN_UPDATE_SCREENSHOTS"):
+        DOCS.mkdir(exist_ok=True)
+        shutil.copy(shot, DOCS / "playground.png")
+    # a new tau re-parses and changes the soft SLR cells (and the permalink)
+    before = cells(browser, "word", "slr_soft")
+    stamp = browser.execute_script("return document.body.dataset.parsed;")
+    tau = browser.find_element(By.ID, "tau")
+    tau.clear()
+    tau.send_keys("2")
+    browser.execute_script("document.getElementById('tau').dispatchEvent(new Event('change'));")
+    wait_for(browser, f"document.body.dataset.parsed !== '{stamp}'")
+    after = cells(browser, "word", "slr_soft")
+    assert len(after) == 49 and after != before
+    assert "tau=2" in browser.current_url
+    # the exact curl for the same request
+    browser.find_element(By.ID, "show-curl").click()
+    curl = browser.find_element(By.ID, "curl").text
+    assert curl.startswith(f"curl -s -X POST {playground}/v1/parse") and '"tau":2' in curl
+    assert_own_origin(browser, playground)
+    from PIL import Image
+
+    assert Image.open(shot).size == SIZE
+
+
+def test_playground_shows_the_api_error(playground: str, browser: WebDriver) -> None:
+    browser.get(f"{playground}/?text={quote('word ' * 300)}&pretok=1")
+    wait_for(browser, "document.getElementById('status').classList.contains('error')")
+    text = browser.find_element(By.ID, "status").text
+    assert text.startswith("Could not parse: 422") and "limit" in text
