@@ -17,11 +17,14 @@ fi
 if ! up 5432 && ls /etc/postgresql >/dev/null 2>&1; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
 fi
-# Headless Chromium renders the HTML report in a test (Debian's package; root on CI machines).
-if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/tmp/synattn-ci-apt.log 2>&1 \
+# Headless Chromium renders the HTML report and, driven by Selenium through chromedriver, the
+# services' pages in the browser tests (Debian's packages; root on CI machines).
+if ! { command -v chromium && command -v chromedriver; } >/dev/null && command -v apt-get >/dev/null \
+    && [ "$(id -u)" = 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver \
+    >/tmp/synattn-ci-apt.log 2>&1 \
     || echo "could not install chromium (see /tmp/synattn-ci-apt.log)" >&2
 fi
 for _ in $(seq 50); do up 6379 && break; sleep 0.1; done
 up 6379 || { echo "Redis is not reachable on 127.0.0.1:6379" >&2; exit 1; }
-echo "services: redis up$(up 5432 && echo ', postgres up')$(command -v chromium >/dev/null && echo ', chromium')"
+echo "services: redis up$(up 5432 && echo ', postgres up')$(command -v chromium >/dev/null && echo ', chromium')$(command -v chromedriver >/dev/null && echo ', chromedriver')"

@@ -14,6 +14,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.jobs.conftest import data_root, embedded  # noqa: F401  (an embedded job queue)
 from tests.trainer.conftest import m30k  # noqa: F401  (session fixture: parsed data + vocab)
 
 SIZE = (1280, 800)

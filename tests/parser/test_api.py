@@ -253,3 +253,30 @@ def test_the_model_process_exits_when_the_server_is_killed() -> None:
             for c in children:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     c.kill()
+
+
+def test_render_tree_scheme_and_svg(client: httpx.Client) -> None:
+    """A derived tree is returned on request, with the scheme asked for; displaCy's SVG escapes
+    the words it draws."""
+    words = ["The", "<b>cat</b>", "sat", "."]
+    r = client.post("/v1/parse", json={"sentences": [words], "render": ["tree", "dep_svg"],
+                                       "scheme": "binary"})  # fmt: skip
+    assert r.status_code == 200, r.text
+    body = r.json()
+    s = body["sentences"][0]
+    assert body["parser"]["constituency"] == "derived:binary"
+    assert s["tree"].startswith("(") and "sat" in s["tree"]
+    assert s["dep_svg"].startswith("<svg") and "<b>" not in s["dep_svg"]
+    assert "&lt;b&gt;cat&lt;/b&gt;" in s["dep_svg"]
+    flat = client.post("/v1/parse", json={"sentences": [words], "render": ["tree"]}).json()
+    assert flat["parser"]["constituency"] == "derived:flat"
+
+
+def test_a_tokenizer_must_be_one_the_server_has(client: httpx.Client) -> None:
+    info = client.get("/v1/backends").json()
+    assert info["tokenizers"] == [] and info["schemes"] == ["flat", "two_level", "binary"]
+    r = client.post("/v1/parse", json={"sentences": ["A dog ."], "tokenizer": "m30k"})
+    assert r.status_code == 422 and "PARSER_TOKENIZERS_DIR" in r.json()["detail"]
+    for bad in ("../etc/passwd", "/abs", "a/b", ".hidden", ""):
+        r = client.post("/v1/parse", json={"sentences": ["A dog ."], "tokenizer": bad})
+        assert r.status_code == 422, bad

@@ -1,11 +1,14 @@
 """The job API: submit parse jobs, training jobs and experiments; list, get, cancel; metrics,
 artifacts and progress (server-sent events); tokens. Every route but ``/v1/health`` needs a
 bearer token (``synattn token create NAME``); a user sees only their own jobs, an admin token
-sees all. ``create_app`` only assembles: the routes live in ``synattn_jobs.routes``, and who may
-call each one is in its signature (``synattn_jobs.deps``). Run: ``synattn serve-jobs``.
+sees all. The experiment dashboard at ``/`` is a page over these same routes. ``create_app``
+only assembles: the routes live in ``synattn_jobs.routes``, and who may call each one is in its
+signature (``synattn_jobs.deps``). Run: ``synattn serve-jobs``.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -16,6 +19,7 @@ from synattn_jobs.settings import JobSettings, get_settings
 from synattn_jobs.store import JobStore
 from synattn_shared.asgi import BodyLimit
 from synattn_shared.webapi import install_error_handlers, problems, safe_text
+from synattn_shared.webui import install_page
 
 
 async def _bad_spec(_: Request, exc: Exception) -> JSONResponse:
@@ -37,6 +41,7 @@ def create_app(settings: JobSettings | None = None) -> FastAPI:
     app.add_exception_handler(BadJobSpec, _bad_spec)
     for module in (health, jobs, artifacts, events, experiments, tokens):
         app.include_router(module.router)
+    install_page(app, Path(__file__).parent / "static", "dashboard.html")  # the dashboard
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app
 

@@ -1,0 +1,302 @@
+// synattn experiment dashboard: the job API's own routes with a bearer token (session storage),
+// live progress from each job's server-sent events, loss curves as they arrive, cancel,
+// reports and artifacts. No request leaves this origin.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const KEY = "synattn-token";
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const streams = new Map(); // job id -> AbortController of its event stream
+let jobs = new Map();
+let selected = null;
+
+function token() { return sessionStorage.getItem(KEY); }
+
+async function api(path, options = {}) {
+  const resp = await fetch(path, {
+    ...options, headers: { ...(options.headers || {}), Authorization: `Bearer ${token()}` },
+  });
+  if (!resp.ok) {
+    const body = await resp.json().catch(() => ({}));
+    const err = new Error(`${resp.status}: ${body.detail || resp.statusText}`);
+    err.status = resp.status;
+    throw err;
+  }
+  return resp;
+}
+
+function showError(message) {
+  const e = $("error");
+  e.textContent = message;
+  e.hidden = !message;
+}
+
+async function signIn(t) {
+  sessionStorage.setItem(KEY, t);
+  try {
+    const who = await (await api("/v1/tokens/self")).json();
+    $("whoami").textContent = `signed in as ${who.name}${who.admin ? " (admin)" : ""}`;
+    $("signin").hidden = true;
+    $("signout").hidden = false;
+    $("app").hidden = false;
+    showError("");
+    await refresh();
+  } catch (err) {
+    sessionStorage.removeItem(KEY);
+    showError(`That token was refused (${err.message}). Check it, or create one with ` +
+      "`synattn token create NAME`.");
+  }
+}
+
+function signOut() {
+  sessionStorage.removeItem(KEY);
+  for (const c of streams.values()) c.abort();
+  streams.clear();
+  location.reload();
+}
+
+function progressText(job) {
+  const p = job.progress || {};
+  const parts = [];
+  if (p.phase) parts.push(p.phase);
+  if (p.update !== undefined) parts.push(`update ${p.update}${p.max_updates ? ` / ${p.max_updates}` : ""}`);
+  if (p.loss !== undefined && p.loss !== null) parts.push(`loss ${Number(p.loss).toFixed(3)}`);
+  if (p.tokens_per_s) parts.push(`${Math.round(p.tokens_per_s)} tok/s`);
+  if (p.bleu !== undefined) parts.push(`BLEU ${p.bleu}`);
+  if (job.result && job.result.bleu !== undefined) parts.push(`BLEU ${job.result.bleu}`);
+  if (p.rows !== undefined) parts.push(`${p.rows} rows`);
+  if (job.error) parts.push(job.error.split("\n").slice(-1)[0]);
+  return parts.join(" · ") || "–";
+}
+
+function button(text, cls, onClick, label) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = text;
+  if (cls) b.className = cls;
+  if (label) b.setAttribute("aria-label", label);
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function jobRow(job) {
+  const tr = document.createElement("tr");
+  tr.id = `job-${job.id}`;
+  tr.dataset.state = job.state;
+  const name = tr.insertCell(); name.textContent = job.name;
+  const kind = tr.insertCell(); kind.textContent = job.kind;
+  const state = tr.insertCell(); state.textContent = job.state; state.className = `state-${job.state}`;
+  const prog = tr.insertCell(); prog.className = "progress"; prog.textContent = progressText(job);
+  const actions = tr.insertCell();
+  if (job.kind === "train") actions.append(button("loss", "secondary", () => select(job.id), `loss curve of ${job.name}`));
+  actions.append(" ", button("files", "secondary", () => showArtifacts(job), `artifacts of ${job.name}`));
+  if (!TERMINAL.has(job.state)) {
+    actions.append(" ", button("Cancel", "danger cancel", () => cancel(job), `cancel ${job.name}`));
+  }
+  return tr;
+}
+
+let lastDraw = 0;
+
+function updateRow(job) {
+  jobs.set(job.id, { ...(jobs.get(job.id) || {}), ...job });
+  const full = jobs.get(job.id);
+  const old = $(`job-${job.id}`);
+  if (old) old.replaceWith(jobRow(full));
+  if (job.id === selected && Date.now() - lastDraw > 1000) { // the curve grows with progress
+    lastDraw = Date.now();
+    drawLoss();
+  }
+}
+
+async function cancel(job) {
+  try {
+    updateRow(await (await api(`/v1/jobs/${job.id}/cancel`, { method: "POST" })).json());
+  } catch (err) { showError(`Cancel failed: ${err.message}`); }
+}
+
+// server-sent events over fetch (EventSource cannot send an Authorization header)
+async function follow(job) {
+  if (streams.has(job.id) || TERMINAL.has(job.state)) return;
+  const ctl = new AbortController();
+  streams.set(job.id, ctl);
+  try {
+    const resp = await api(`/v1/jobs/${job.id}/events?interval=0.5`, { signal: ctl.signal });
+    const reader = resp.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        const event = (block.match(/^event: (.*)$/m) || [])[1];
+        const data = JSON.parse((block.match(/^data: (.*)$/m) || [])[1] || "{}");
+        if (event === "progress") updateRow(data);
+        if (event === "end") updateRow({ id: job.id, state: data.state });
+      }
+    }
+  } catch (err) {
+    if (err.name !== "AbortError") console.warn("event stream", job.id, err.message);
+  } finally {
+    streams.delete(job.id);
+    if (!ctl.signal.aborted) setTimeout(refresh, 200);
+  }
+}
+
+function select(id) {
+  selected = id;
+  const job = jobs.get(id);
+  $("loss-job").textContent = job ? `(${job.name})` : "";
+  drawLoss();
+}
+
+async function drawLoss() {
+  const target = $("loss");
+  if (!selected) { target.textContent = "pick a training job's “loss” button"; return; }
+  let records = [];
+  try {
+    records = await (await api(`/v1/jobs/${selected}/metrics?limit=5000`)).json();
+  } catch (err) { target.textContent = `no metrics: ${err.message}`; return; }
+  const pts = records.filter((r) => r.event === "update" && r.loss !== null).map((r) => [r.update, r.loss]);
+  if (!pts.length) { target.textContent = "no updates logged yet"; return; }
+  const W = 520, H = 260, L = 50, B = 36, T = 12, R = 12;
+  const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
+  const y0 = Math.min(...ys), y1 = Math.max(...ys, y0 + 1e-6);
+  const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
+  const sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+  const NS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("class", "chart");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", `training loss from ${ys[0].toFixed(2)} to ${ys[ys.length - 1].toFixed(2)} over ${xs[xs.length - 1]} updates`);
+  const line = document.createElementNS(NS, "polyline");
+  line.setAttribute("points", pts.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" "));
+  line.setAttribute("fill", "none"); line.setAttribute("stroke", "#0b5cad"); line.setAttribute("stroke-width", "2");
+  line.dataset.points = String(pts.length);
+  svg.append(line);
+  const text = (x, y, s, anchor = "middle") => {
+    const t = document.createElementNS(NS, "text");
+    t.setAttribute("x", x); t.setAttribute("y", y); t.setAttribute("text-anchor", anchor);
+    t.setAttribute("font-size", "11"); t.textContent = s; svg.append(t);
+  };
+  const axis = (x1_, y1_, x2_, y2_) => {
+    const a = document.createElementNS(NS, "line");
+    a.setAttribute("x1", x1_); a.setAttribute("y1", y1_); a.setAttribute("x2", x2_); a.setAttribute("y2", y2_);
+    a.setAttribute("stroke", "#4a4a4a"); svg.append(a);
+  };
+  axis(L, H - B, W - R, H - B); axis(L, T, L, H - B);
+  text((L + W - R) / 2, H - 6, "update");
+  text(L - 6, T + 8, y1.toFixed(2), "end"); text(L - 6, H - B, y0.toFixed(2), "end");
+  text(L, H - B + 14, String(x0)); text(W - R, H - B + 14, String(x1));
+  text(14, (T + H - B) / 2, "loss");
+  target.replaceChildren(svg);
+}
+
+async function showArtifacts(job) {
+  $("art-job").textContent = `(${job.name})`;
+  const list = $("artifacts");
+  list.replaceChildren();
+  try {
+    const files = await (await api(`/v1/jobs/${job.id}/artifacts`)).json();
+    if (!files.length) { list.textContent = "no files yet"; return; }
+    for (const f of files.slice(0, 200)) {
+      const li = document.createElement("li");
+      li.append(button(f.name, "secondary", () => download(job, f.name), `download ${f.name}`), ` ${f.bytes} bytes`);
+      list.append(li);
+    }
+  } catch (err) { list.textContent = err.message; }
+}
+
+async function download(job, name) {
+  const blob = await (await api(`/v1/jobs/${job.id}/artifacts/${name.split("/").map(encodeURIComponent).join("/")}`)).blob();
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = name.split("/").pop();
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+}
+
+async function showReport(exp) {
+  const rep = await (await api(`/v1/experiments/${exp.id}/report`)).json();
+  $("report").hidden = false;
+  $("report-h").textContent = `Report: ${rep.name}`;
+  $("report-note").textContent = `${rep.split} BLEU, seeds ${JSON.stringify(rep.seeds)}; ` +
+    "verdict needs the seed test and the bootstrap to agree. " + (rep.warnings || []).join(" ");
+  const table = $("report-table");
+  table.replaceChildren();
+  const cols = ["variant", "succeeded", "bleu_mean", "bleu_std", "vs", "delta", "seed_p", "p_value", "verdict"];
+  const head = table.createTHead().insertRow();
+  for (const c of cols) { const th = document.createElement("th"); th.scope = "col"; th.textContent = c; head.append(th); }
+  const body = table.createTBody();
+  for (const r of rep.rows) {
+    const tr = body.insertRow();
+    for (const c of cols) {
+      const v = r[c];
+      tr.insertCell().textContent = v === null || v === undefined ? "–" : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : String(v);
+    }
+  }
+  $("report").scrollIntoView();
+}
+
+async function refresh() {
+  if (!token()) return;
+  let exps, list;
+  try {
+    [exps, list] = await Promise.all([
+      api("/v1/experiments").then((r) => r.json()), api("/v1/jobs?limit=500").then((r) => r.json()),
+    ]);
+  } catch (err) {
+    if (err.status === 401 || err.status === 403) { showError(`Signed out: ${err.message}`); sessionStorage.removeItem(KEY); }
+    return;
+  }
+  $("empty").hidden = exps.length + list.length > 0;
+  jobs = new Map(list.map((j) => [j.id, j]));
+  const tbody = $("jobs").tBodies[0];
+  tbody.replaceChildren(...list.slice().reverse().map(jobRow));
+  const etbody = $("experiments").tBodies[0];
+  etbody.replaceChildren(...exps.slice().reverse().map((e) => {
+    const members = list.filter((j) => j.experiment_id === e.id);
+    const tr = document.createElement("tr");
+    tr.id = `exp-${e.id}`;
+    tr.insertCell().textContent = e.name;
+    tr.insertCell().textContent = e.baseline;
+    const counts = {};
+    for (const j of members) counts[j.state] = (counts[j.state] || 0) + 1;
+    tr.insertCell().textContent = Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(", ") || "–";
+    const cell = tr.insertCell();
+    if (members.length && members.every((j) => TERMINAL.has(j.state))) {
+      const a = document.createElement("a");
+      a.href = `#report-${e.id}`;
+      a.className = "report-link";
+      a.textContent = "report";
+      a.addEventListener("click", (ev) => { ev.preventDefault(); showReport(e).catch((err) => showError(err.message)); });
+      cell.append(a);
+    } else {
+      cell.textContent = "when every job has finished";
+    }
+    return tr;
+  }));
+  for (const j of list) follow(j);
+  if (!selected) {
+    const running = list.find((j) => j.kind === "train" && j.state === "running") || list.find((j) => j.kind === "train");
+    if (running) select(running.id);
+  } else {
+    drawLoss();
+  }
+}
+
+function init() {
+  $("empty-curl").textContent = `curl -X POST ${location.origin}/v1/experiments -H "Authorization: Bearer $TOKEN" \\\n  -H 'Content-Type: application/json' \\\n  -d '{"name": "first", "config": "examples/configs/demo-tiny.yaml", "variants": ["vanilla", "dea"]}'`;
+  $("signin").addEventListener("submit", (e) => { e.preventDefault(); signIn($("token").value.trim()); });
+  $("signout").addEventListener("click", signOut);
+  if (token()) signIn(token());
+  setInterval(refresh, 3000);
+  document.body.dataset.ready = "1";
+}
+
+init();

@@ -1,0 +1,89 @@
+"""The experiment dashboard in a real browser against a real job API and a real worker on the
+embedded queue: sign in, live progress, cancel, a finished experiment's report, a bad token."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from tests.browser.conftest import SIZE, assert_own_origin, screenshot, wait_for
+from tests.jobs.conftest import Env, h, serving
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def sign_in(browser: WebDriver, base: str, token: str) -> None:
+    browser.get(base + "/")
+    wait_for(browser, "document.body.dataset.ready")
+    field = browser.find_element(By.ID, "token")
+    field.clear()
+    field.send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "#signin button[type=submit]").click()
+
+
+def progress_of(browser: WebDriver, job_id: str) -> str:
+    return str(browser.execute_script(
+        "const r = document.getElementById(arguments[0]);"
+        "return r ? r.querySelector('td.progress').textContent : '';", f"job-{job_id}"
+    ))  # fmt: skip
+
+
+def test_a_wrong_token_shows_an_error(embedded: Env, browser: WebDriver) -> None:
+    with serving(embedded) as (base, _, _):
+        sign_in(browser, base, "not-a-token")
+        wait_for(browser, "!document.getElementById('error').hidden")
+        text = browser.find_element(By.ID, "error").text
+        assert "That token was refused (403: invalid or revoked token)" in text
+        assert browser.find_element(By.ID, "app").get_attribute("hidden") is not None
+        assert "not-a-token" not in browser.current_url  # never in a URL
+        assert browser.execute_script("return sessionStorage.getItem('synattn-token');") is None
+
+
+def test_dashboard_follows_cancels_and_reports(embedded: Env, browser: WebDriver,
+                                               tmp_path: Path) -> None:  # fmt: skip
+    with serving(embedded) as (base, token, env):
+        sign_in(browser, base, token)
+        wait_for(browser, "!document.getElementById('empty').hidden")  # a new user: the how-to
+        assert "synattn experiment run" in browser.find_element(By.ID, "empty").text
+        assert browser.execute_script("return sessionStorage.getItem('synattn-token');") == token
+        r = httpx.post(f"{base}/v1/jobs/train", json={"spec": {"config": "configs/long.yaml"}},
+                       headers=h(token))  # fmt: skip
+        assert r.status_code == 201, r.text
+        job = r.json()["id"]
+        env.worker("train")
+        # live progress from the event stream: the update count moves on its own
+        wait_for(browser, f"document.getElementById('job-{job}')?.dataset.state === 'running'"
+                 f" && /update \\d+/.test(document.querySelector('#job-{job} td.progress')"
+                 ".textContent)", timeout=180)  # fmt: skip
+        first = progress_of(browser, job)
+        wait_for(browser, f"document.querySelector('#job-{job} td.progress').textContent !== "
+                 f"{first!r}", timeout=120)  # fmt: skip
+        wait_for(browser, "document.querySelector('#loss polyline')?.dataset.points > 15", 120)
+        shot = screenshot(browser, tmp_path / "dashboard.png")
+        if os.environ.get("SYNATTN_UPDATE_SCREENSHOTS"):
+            DOCS.mkdir(exist_ok=True)
+            shutil.copy(shot, DOCS / "dashboard.png")
+        browser.find_element(By.CSS_SELECTOR, f"#job-{job} button.cancel").click()
+        wait_for(browser, f"document.getElementById('job-{job}')?.dataset.state === 'cancelled'",
+                 timeout=120)  # fmt: skip
+        # an experiment: the report link appears once every job has finished
+        r = httpx.post(f"{base}/v1/experiments", headers=h(token), json={
+            "name": "ui", "config": "configs/tiny.yaml", "variants": ["vanilla"], "seeds": [1],
+            "evaluate": {"split": "valid"}})  # fmt: skip
+        assert r.status_code == 201, r.text
+        exp = r.json()["id"]
+        wait_for(browser, f"document.querySelector('#exp-{exp} a.report-link')", timeout=300)
+        browser.find_element(By.CSS_SELECTOR, f"#exp-{exp} a.report-link").click()
+        wait_for(browser, "!document.getElementById('report').hidden")
+        report = browser.find_element(By.ID, "report-table").text
+        assert "vanilla" in report and "Only 1 seed" in browser.find_element(
+            By.ID, "report-note").text  # fmt: skip
+        assert_own_origin(browser, base)
+        from PIL import Image
+
+        assert Image.open(shot).size == SIZE
