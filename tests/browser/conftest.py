@@ -74,3 +74,19 @@ def assert_own_origin(driver: WebDriver, base: str) -> None:
 def screenshot(driver: WebDriver, path: Path) -> Path:
     driver.save_screenshot(str(path))
     return path
+
+
+def assert_accessible_basics(driver: WebDriver) -> None:
+    """Every form control has a label, every button a name, the page a language, and the
+    keyboard reaches the controls (nothing focusable is taken out of the tab order)."""
+    problems = driver.execute_script("""
+        const out = [];
+        if (!document.documentElement.lang) out.push('no lang');
+        for (const e of document.querySelectorAll('input:not([type=hidden]), select, textarea'))
+          if (!e.labels || e.labels.length === 0) out.push('unlabelled ' + (e.id || e.name));
+        for (const b of document.querySelectorAll('button'))
+          if (!(b.textContent.trim() || b.getAttribute('aria-label'))) out.push('nameless button');
+        for (const e of document.querySelectorAll('[tabindex]'))
+          if (Number(e.getAttribute('tabindex')) < 0) out.push('out of tab order ' + e.id);
+        return out;""")
+    assert not problems, problems

@@ -11,7 +11,13 @@ import httpx
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from tests.browser.conftest import SIZE, assert_own_origin, screenshot, wait_for
+from tests.browser.conftest import (
+    SIZE,
+    assert_accessible_basics,
+    assert_own_origin,
+    screenshot,
+    wait_for,
+)
 from tests.jobs.conftest import Env, h, serving
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -84,6 +90,7 @@ def test_dashboard_follows_cancels_and_reports(embedded: Env, browser: WebDriver
         assert "vanilla" in report and "Only 1 seed" in browser.find_element(
             By.ID, "report-note").text  # fmt: skip
         assert_own_origin(browser, base)
+        assert_accessible_basics(browser)
         from PIL import Image
 
         assert Image.open(shot).size == SIZE

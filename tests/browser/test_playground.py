@@ -13,7 +13,13 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from tests.browser.conftest import SIZE, assert_own_origin, screenshot, wait_for
+from tests.browser.conftest import (
+    SIZE,
+    assert_accessible_basics,
+    assert_own_origin,
+    screenshot,
+    wait_for,
+)
 from tests.parser.conftest import TEST_LIMITS, api_server
 
 SENTENCE = "Bush held a talk with Sharon ."  # pretokenised: 7 words
@@ -84,6 +90,7 @@ def test_playground_draws_arcs_tree_and_heatmaps(playground: str, browser: WebDr
     curl = browser.find_element(By.ID, "curl").text
     assert curl.startswith(f"curl -s -X POST {playground}/v1/parse") and '"tau":2' in curl
     assert_own_origin(browser, playground)
+    assert_accessible_basics(browser)
     from PIL import Image
 
     assert Image.open(shot).size == SIZE

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -208,3 +208,30 @@ def finite_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [finite_json(v) for v in value]
     return value
+
+
+T = TypeVar("T")
+
+
+def app_state(name: str, kind: type[T]) -> Callable[[Request], T]:
+    """A dependency that reads ``request.app.state.<name>`` (an object of type ``kind`` that
+    ``create_app`` put there): ``Store = Annotated[JobStore, Depends(app_state("store",
+    JobStore))]``."""
+
+    def read(request: Request) -> T:
+        value: T = getattr(request.app.state, name)
+        return value
+
+    read.__name__ = f"app_state_{name}"
+    return read
+
+
+class ServeTimeouts(BaseModel):
+    """The HTTP deadlines ``synattn_shared.serve`` enforces, as settings fields (both APIs)."""
+
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="a request's headers must arrive within this"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="a request's body must arrive within this"
+    )

@@ -12,30 +12,21 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from synattn_jobs.settings import JobSettings
 from synattn_jobs.store import Experiment, Job, JobStore, Principal
 from synattn_shared.paths import UnsafePath, confine
+from synattn_shared.webapi import app_state
 
 JOB_ID = re.compile(r"[0-9a-f]{12}")
 EXPERIMENT_REF = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}")
 _bearer = HTTPBearer(auto_error=False)
 
 
-def get_store(request: Request) -> JobStore:
-    store: JobStore = request.app.state.store
-    return store
-
-
-def get_settings(request: Request) -> JobSettings:
-    settings: JobSettings = request.app.state.settings
-    return settings
-
-
-Store = Annotated[JobStore, Depends(get_store)]
-Settings = Annotated[JobSettings, Depends(get_settings)]
+Store = Annotated[JobStore, Depends(app_state("store", JobStore))]
+Settings = Annotated[JobSettings, Depends(app_state("settings", JobSettings))]
 
 
 def caller(

@@ -13,8 +13,10 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from synattn_shared.webapi import ServeTimeouts
 
-class JobSettings(BaseSettings):
+
+class JobSettings(BaseSettings, ServeTimeouts):
     """Where jobs are stored and queued, and how long-running tasks are supervised."""
 
     model_config = SettingsConfigDict(env_prefix="SYNATTN_", extra="ignore")
@@ -37,12 +39,6 @@ class JobSettings(BaseSettings):
     )
     max_retries: int = Field(5, ge=0, description="retries of transient errors, with backoff")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="job API request body limit")
-    header_timeout_s: float = Field(
-        10.0, gt=0, le=3600, description="a request's headers must arrive within this"
-    )
-    body_timeout_s: float = Field(
-        30.0, gt=0, le=3600, description="a request's body must arrive within this"
-    )
     events_max_s: float = Field(
         3600.0, gt=0, le=86_400, description="a progress event stream closes after this"
     )

@@ -9,12 +9,14 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from synattn_shared.webapi import ServeTimeouts
+
 BackendName = Literal["spacy", "benepar", "stanza", "derived", "given"]
 ConstituencyChoice = Literal["auto", "parser", "derived"]
 Scheme = Literal["flat", "two_level", "binary"]  # how a tree is derived from dependencies
 
 
-class ParserSettings(BaseSettings):
+class ParserSettings(BaseSettings, ServeTimeouts):
     """Everything the parser API, the batch CLI and the Celery task are configured by.
 
     Limits have safe defaults for a public endpoint; raise them for trusted batch clients.
@@ -44,12 +46,6 @@ class ParserSettings(BaseSettings):
         ge=1,
         description="numbers in the features of one response, any format (413 beyond; "
         "2,000,000 is at most about 24 MB of JSON)",
-    )
-    header_timeout_s: float = Field(
-        10.0, gt=0, le=3600, description="a request's headers must arrive within this"
-    )
-    body_timeout_s: float = Field(
-        30.0, gt=0, le=3600, description="a request's body must arrive within this"
     )
     batch_max_size: int = Field(256, ge=1, description="sentences per nlp.pipe micro-batch")
     batch_max_wait_ms: float = Field(4.0, ge=0, description="wait for more requests to batch")
