@@ -49,6 +49,17 @@ def test_compare_uses_the_seeds_both_finished() -> None:
     assert compare_seeds({1: 20.0}, {2: 20.0}, 0.5) is None
 
 
+def test_identical_outputs_never_win_although_the_bootstrap_says_so() -> None:
+    from synattn_trainer.evaluate import paired_bootstrap
+
+    refs = [f"ein kleiner hund läuft schnell über die wiese {i}" for i in range(40)]
+    hyps = [f"ein kleiner hund rennt schnell über eine wiese {i}" for i in range(40)]
+    boot = paired_bootstrap(hyps, hyps, refs, 200).p_value
+    assert boot < 0.05  # sacreBLEU (multeval): a zero difference is not "chance"
+    cmp = compare_seeds({1: 20.0, 2: 21.0, 3: 19.0}, {1: 20.0, 2: 21.0, 3: 19.0}, boot)
+    assert cmp is not None and cmp.verdict is Verdict.INCONCLUSIVE
+
+
 def test_seed_warning_in_words() -> None:
     assert seed_warning(3) is None
     one = seed_warning(1)

@@ -10,6 +10,11 @@ baseline trained on the same seeds, and two tests are asked:
 A variant is called ``better`` (``worse``) only when both give p < ``ALPHA`` and every seed's
 difference has the same sign; anything else is ``inconclusive``. With fewer than
 ``MIN_SEEDS`` seeds the verdict stands but the report warns in words that it is weak.
+
+Why the sign rule matters: sacreBLEU's paired bootstrap follows multeval and gives two
+*identical* outputs a small p ("a zero difference should not be attributed to chance"), so the
+bootstrap alone would call a no-op variant significant; a seed whose BLEU did not move keeps
+the verdict inconclusive.
 """
 
 from __future__ import annotations
