@@ -194,18 +194,23 @@ def main() -> None:
         start_worker("train", {**env, **threads}, log=logs / f"repro-worker-{k}.log")
         for k in range(args.workers)
     ]
+    from synattn_jobs.settings import JobSettings
+    from synattn_jobs.store import TERMINAL, JobStore
+
+    store = JobStore(JobSettings().database_url)
     started = time.time()
-    seen = -1
+    ended = -1
     try:
         while True:
-            info = publish(exp_id, args.results, meta)
-            if info["finished"] != seen:
-                seen = info["finished"]
-                print(f"[{time.time() - started:7.0f} s] {seen}/{info['planned']} runs done",
-                      flush=True)  # fmt: skip
-            states = {r["state"] for r in info["runs"]}
-            if states <= {"succeeded", "failed", "cancelled"}:
+            states = [j.state for j in store.jobs(experiment_id=exp_id)]
+            done = sum(s in TERMINAL for s in states)
+            if done == len(states):
                 break
+            if done != ended:  # publish (bootstrap, figures, copies) only when a run ended
+                ended = done
+                info = publish(exp_id, args.results, meta)
+                print(f"[{time.time() - started:7.0f} s] {info['finished']}/{info['planned']} "
+                      "runs done", flush=True)  # fmt: skip
             if any(w.poll() is not None for w in workers):
                 raise SystemExit("a worker exited; see " + str(logs))
             time.sleep(args.poll)

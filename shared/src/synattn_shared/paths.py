@@ -17,6 +17,8 @@ from pathlib import Path
 SLUG_MAX = 100
 # "+" is allowed because preset names combine methods ("rhe+dea"); it means nothing to a path
 _SLUG = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
+# the same rule with the length bound, for request schemas (pydantic ``pattern``) and routes
+SLUG_PATTERN = rf"[A-Za-z0-9_+-][A-Za-z0-9._+-]{{0,{SLUG_MAX - 1}}}"
 PATH_MAX = 4096  # Linux PATH_MAX: longer paths cannot be opened anyway
 NAME_MAX = 255  # bytes of one path component on every common file system
 

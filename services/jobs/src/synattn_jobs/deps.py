@@ -17,11 +17,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from synattn_jobs.settings import JobSettings
 from synattn_jobs.store import Experiment, Job, JobStore, Principal
-from synattn_shared.paths import UnsafePath, confine
+from synattn_shared.paths import SLUG_PATTERN, UnsafePath, confine
 from synattn_shared.webapi import app_state
 
 JOB_ID = re.compile(r"[0-9a-f]{12}")
-EXPERIMENT_REF = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}")
+EXPERIMENT_REF = re.compile(SLUG_PATTERN)
 _bearer = HTTPBearer(auto_error=False)
 
 

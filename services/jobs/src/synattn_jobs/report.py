@@ -12,10 +12,12 @@ logged them, gate and head-label heatmaps.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,12 @@ def _group_key(job: Job) -> str:
     return f"{job.variant}" + (f" [{tag}]" if tag else "")
 
 
-def _pooled_bootstrap(done: list[Job], base_jobs: dict[int, Job], samples: int) -> float | None:
+def _pooled_bootstrap(
+    done: list[Job],
+    base_jobs: dict[int, Job],
+    samples: int,
+    read: Callable[[str | None], list[str]],
+) -> float | None:
     """sacreBLEU's paired bootstrap p-value over every seed's output, each paired with the
     baseline's output of the same seed (pairs concatenated)."""
     from synattn_trainer.evaluate import paired_bootstrap
@@ -45,13 +52,9 @@ def _pooled_bootstrap(done: list[Job], base_jobs: dict[int, Job], samples: int) 
     refs: list[str] = []
     for j in done:
         b = base_jobs.get(j.seed) if j.seed is not None else None
-        if b is None or b.state != "succeeded" or "hyp" not in (b.result or {}):
+        if b is None or not _ok(b) or "hyp" not in b.result:
             continue
-        h, bh, r = (
-            _lines(j.result.get("hyp")),
-            _lines(b.result["hyp"]),
-            _lines(j.result.get("ref")),
-        )
+        h, bh, r = read(j.result.get("hyp")), read(b.result["hyp"]), read(j.result.get("ref"))
         if h and len(h) == len(bh) == len(r):
             sys_h += h
             base_h += bh
@@ -59,8 +62,9 @@ def _pooled_bootstrap(done: list[Job], base_jobs: dict[int, Job], samples: int) 
     return paired_bootstrap(sys_h, base_h, refs, samples).p_value if refs else None
 
 
-def _succeeded(members: list[Job]) -> list[Job]:
-    return [j for j in members if j.state == "succeeded" and "bleu" in (j.result or {})]
+def _ok(job: Job) -> bool:
+    """A run that finished and was scored."""
+    return job.state == "succeeded" and "bleu" in (job.result or {})
 
 
 def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[str, Any]:
@@ -70,6 +74,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
     groups: dict[str, list[Job]] = defaultdict(list)
     for job in jobs:
         groups[_group_key(job)].append(job)
+    read = functools.cache(_lines)  # a baseline's outputs serve every row: read them once
     own_baselines: dict[str, str] = dict(exp.spec.get("baselines") or {})
     baseline_names = {exp.baseline, *own_baselines.values()}
 
@@ -80,7 +85,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
 
     rows = []
     for key, members in groups.items():
-        done = _succeeded(members)
+        done = [j for j in members if _ok(j)]
         bleus = [j.result["bleu"] for j in done]
         variant = members[0].variant or key
         is_baseline = variant in baseline_names and not any(j.params for j in members)
@@ -110,10 +115,10 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
         }
         if done and not is_baseline:
             base_jobs = seeds_of(vs)
-            boot = _pooled_bootstrap(done, base_jobs, bootstrap)
+            boot = _pooled_bootstrap(done, base_jobs, bootstrap, read)
             cmp = compare_seeds(
                 {j.seed: j.result["bleu"] for j in done if j.seed is not None},
-                {s: b.result["bleu"] for s, b in base_jobs.items() if _succeeded([b])},
+                {s: b.result["bleu"] for s, b in base_jobs.items() if _ok(b)},
                 boot,
             )
             row["p_value"] = boot

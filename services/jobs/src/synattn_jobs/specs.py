@@ -16,10 +16,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from synattn_jobs.errors import BadJobSpec
-from synattn_shared.paths import SLUG_MAX, UnsafePath, confine, slug
+from synattn_shared.paths import SLUG_MAX, SLUG_PATTERN, UnsafePath, confine, slug
 
 PathText = Annotated[str, Field(min_length=1, max_length=4096)]
-Slug = Annotated[str, Field(pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}$")]
+Slug = Annotated[str, Field(pattern=f"^{SLUG_PATTERN}$")]
 DottedKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")]
 GridValue = bool | int | float | Annotated[str, Field(max_length=SLUG_MAX)]
 Seed = Annotated[int, Field(ge=0, le=2**31 - 1)]

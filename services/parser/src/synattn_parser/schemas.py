@@ -10,6 +10,7 @@ from synattn_parser.settings import BackendName, Scheme
 from synattn_shared.defaults import RP_CLIP, SLR_TAU
 from synattn_shared.manifest import ParserInfo
 from synattn_shared.materialise import ALL_FEATURES
+from synattn_shared.paths import SLUG_PATTERN
 
 FeatureName = Literal[ALL_FEATURES]  # type: ignore[valid-type]
 Token = Annotated[str, Field(min_length=1, max_length=200)]
@@ -54,12 +55,10 @@ class ParseRequest(BaseModel):
         description="how constituency trees are derived from dependencies when the backend "
         "has no constituency parser (default: the server's)",
     )
-    tokenizer: Annotated[str, Field(pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}$")] | None = (
-        Field(
-            None,
-            description="a subword vocabulary of /v1/backends: features at subword level, "
-            "with each sentence's subwords",
-        )
+    tokenizer: Annotated[str, Field(pattern=f"^{SLUG_PATTERN}$")] | None = Field(
+        None,
+        description="a subword vocabulary of /v1/backends: features at subword level, "
+        "with each sentence's subwords",
     )
     render: list[Literal["dep_svg", "tree"]] = Field(
         default_factory=list,
