@@ -105,6 +105,12 @@ class OptimConfig(Strict):
     label_smoothing: float = Field(0.1, ge=0, lt=1)
     clip_norm: float = Field(0.0, ge=0, le=1e6, description="0 = no clipping")
     accumulate: int = Field(1, ge=1, le=1024, description="batches per update")
+    implementation: Literal["fused", "foreach", "for-loop"] = Field(
+        "fused",
+        description="Adam's kernel: fused (one kernel for every parameter; bench/peer.py), "
+        "foreach (batched per-op), or PyTorch's per-parameter loop; the same update up to "
+        "floating-point rounding",
+    )
 
 
 class TrainLoopConfig(Strict):
@@ -115,6 +121,11 @@ class TrainLoopConfig(Strict):
     patience: int = Field(10, ge=0, description="epochs without dev-loss gain; 0 = off")
     seed: int = 1
     precision: Literal["fp32", "bf16", "auto"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+    fast_dropout: bool = Field(
+        True,
+        description="CPU dropout masks from 16-bit draws (synattn_trainer.dropout); false: "
+        "torch's F.dropout",
+    )
     checkpoint_every_updates: int = Field(0, ge=0, description="0 = once per epoch only")
     keep_checkpoints: int = Field(10, ge=1)
     average_last: int = Field(10, ge=1)

@@ -75,6 +75,12 @@ def length_penalty(length: int, alpha: float, form: str) -> float:
     return float(length**alpha)
 
 
+def _length_norm(lengths: Tensor, alpha: float, form: str) -> Tensor:
+    """``length_penalty`` of each length (float tensor)."""
+    x = lengths.double()
+    return ((5 + x) / 6) ** alpha if form == "gnmt" else x**alpha
+
+
 @torch.no_grad()
 def beam_search(
     model: Transformer,
@@ -90,65 +96,83 @@ def beam_search(
 
     Hypothesis scores are summed log-probabilities; finished ones are ranked by score divided by
     ``length_penalty(len + 1, lenpen)`` (the ``</s>`` counts). Beam 1 equals greedy.
+
+    Each step ranks the ``2 * beam`` best continuations of every sentence: a ``</s>`` among the
+    first ``beam`` finishes a hypothesis (at the last step each of the first ``beam`` does),
+    the best ``beam`` that do not end stay live, and a sentence is done once it has ``beam``
+    finished hypotheses (fairseq's rule; a ``</s>`` ranked below every live continuation no
+    longer ends the search, so beam 1 is exactly greedy).
+    The whole batch does this with tensor operations, with no loop over sentences or
+    hypotheses; finished sentences leave the batch (their rows of the encoder output and of the
+    cached keys and values are dropped), so later steps cost what the unfinished ones need.
     """
-    b = src.shape[0]
-    k = beam
-    device = src.device
+    b, k, device = src.shape[0], beam, src.device
+    steps = _max_len(src, max_len_a, max_len_b)
     enc = _select(model.encode(src, syntax), torch.arange(b, device=device).repeat_interleave(k))
     ys = torch.full((b * k, 1), BOS_ID, dtype=torch.long, device=device)
-    scores = torch.zeros(b, k, device=device)
-    scores[:, 1:] = -float("inf")  # step 0: only the first copy of each sentence is live
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
-    active = [True] * b
-    steps = _max_len(src, max_len_a, max_len_b)
+    scores = torch.full((b, k), -float("inf"), device=device)
+    scores[:, 0] = 0.0  # step 0: only the first copy of each sentence is live
+    # finished hypotheses of every sentence, in the order they finished (ties: the first wins)
+    fin_score = torch.full((b, k), -float("inf"), dtype=torch.float64, device=device)
+    fin_tokens = torch.full((b, k, steps + 1), PAD_ID, dtype=torch.long, device=device)
+    fin_len = torch.zeros((b, k), dtype=torch.long, device=device)
+    fin_count = torch.zeros(b, dtype=torch.long, device=device)
+    alive = torch.arange(b, device=device)  # original index of each sentence still searched
+    rank = torch.arange(2 * k, device=device)
     cache: list[dict[str, Any]] = []
     for step in range(steps):
-        logp = F.log_softmax(model.decode_step(ys, enc, cache).float(), -1)  # [b*k, V]
+        n = alive.shape[0]
+        logp = F.log_softmax(model.decode_step(ys, enc, cache).float(), -1)  # [n*k, V]
         vocab = logp.shape[-1]
-        cand = (scores.view(-1, 1) + logp).view(b, k * vocab)
-        top_s, top_i = cand.topk(2 * k, dim=1)
-        origin = top_i // vocab
-        token = top_i % vocab
-        new_scores = torch.full((b, k), -float("inf"), device=device)
-        new_origin = torch.zeros(b, k, dtype=torch.long, device=device)
-        new_token = torch.full((b, k), PAD_ID, dtype=torch.long, device=device)
-        top_s_l, origin_l, token_l = top_s.tolist(), origin.tolist(), token.tolist()
-        for s in range(b):
-            if not active[s]:
-                continue
-            filled = 0
-            for score, o, t in zip(top_s_l[s], origin_l[s], token_l[s], strict=True):
-                if score == -float("inf"):
-                    break
-                if t == EOS_ID or step == steps - 1:
-                    hyp = ys[s * k + o, 1:].tolist() + ([] if t == EOS_ID else [t])
-                    norm = score / length_penalty(len(hyp) + 1, lenpen, lenpen_form)
-                    finished[s].append((norm, hyp))
-                    if len(finished[s]) >= k:
-                        break
-                    continue
-                if filled < k:
-                    new_scores[s, filled] = score
-                    new_origin[s, filled] = o
-                    new_token[s, filled] = t
-                    filled += 1
-            if len(finished[s]) >= k or filled == 0:
-                active[s] = False
-        if not any(active):
+        top_s, top_i = (scores.view(-1, 1) + logp).view(n, k * vocab).topk(2 * k, dim=1)
+        origin, token = top_i // vocab, top_i % vocab
+        valid = top_s > -float("inf")
+        is_eos = token.eq(EOS_ID)
+        # a </s> among the best ``beam`` candidates finishes a hypothesis (fairseq's rule; at the
+        # last step every one of them finishes), up to ``beam`` finished per sentence
+        ends = valid & rank[: 2 * k].lt(k) & (is_eos if step < steps - 1 else valid)
+        done_before = fin_count[alive, None]
+        finish = ends & (done_before + ends.cumsum(1)).le(k)
+        live = valid & ~is_eos
+        live &= live.cumsum(1) <= k  # the best ``beam`` continuations that do not end
+        # finished hypotheses: the origin's prefix, plus the token unless it is </s>
+        if bool(finish.any()):
+            sent, col = finish.nonzero(as_tuple=True)
+            rows = sent * k + origin[sent, col]
+            tok = token[sent, col]
+            hyp = torch.full((sent.shape[0], steps + 1), PAD_ID, dtype=torch.long, device=device)
+            hyp[:, :step] = ys[rows, 1:]
+            eos = tok.eq(EOS_ID)
+            hyp[:, step] = tok.masked_fill(eos, PAD_ID)
+            length = step + 1 + (~eos).long()  # hypothesis + </s>
+            norm = top_s[sent, col].double() / _length_norm(length, lenpen, lenpen_form)
+            slot = done_before[sent, 0] + (finish.cumsum(1)[sent, col] - 1)
+            fin_score[alive[sent], slot] = norm
+            fin_tokens[alive[sent], slot] = hyp
+            fin_len[alive[sent], slot] = length - 1
+            fin_count.index_add_(0, alive[sent], torch.ones_like(sent))
+        # a sentence is done with k finished, or when no live continuation is left
+        keep = fin_count[alive].lt(k) & live.any(1)
+        if not bool(keep.any()):
             break
-        rows = (torch.arange(b, device=device)[:, None] * k + new_origin).view(-1)
+        # the live candidates of the sentences that go on, packed into the first slots
+        live, top_s, origin, token = live[keep], top_s[keep], origin[keep], token[keep]
+        order = torch.where(live, rank, rank + 2 * k).argsort(1)[:, :k]
+        filled = live.gather(1, order)
+        new_scores = top_s.gather(1, order).masked_fill(~filled, -float("inf"))
+        new_origin = origin.gather(1, order).masked_fill(~filled, 0)
+        new_token = token.gather(1, order).masked_fill(~filled, PAD_ID)
+        kept = keep.nonzero(as_tuple=True)[0]
+        rows = (kept[:, None] * k + new_origin).view(-1)
+        if kept.shape[0] < n:
+            enc = _select(enc, (kept[:, None] * k + torch.arange(k, device=device)).view(-1))
+            alive = alive[kept]
         ys = torch.cat([ys.index_select(0, rows), new_token.view(-1, 1)], 1)
         reorder_cache(cache, rows)
         scores = new_scores
-        inactive = torch.tensor([not a for a in active], device=device)
-        scores[inactive] = -float("inf")
-    out = []
-    for s in range(b):
-        if finished[s]:
-            out.append(max(finished[s], key=lambda x: x[0])[1])
-        else:
-            out.append([])
-    return out
+    pick = (torch.arange(b, device=device), fin_score.argmax(1))
+    lengths = fin_len[pick].masked_fill(fin_count.eq(0), 0).tolist()
+    return [t[:n] for t, n in zip(fin_tokens[pick].tolist(), lengths, strict=True)]
 
 
 @torch.no_grad()
@@ -177,23 +201,27 @@ def translate_corpus(
 ) -> list[str]:
     """The one translate loop: beam search over a corpus in batches of
     ``settings.batch_sentences``, detokenised, in row order (``beam``/``lenpen`` override the
-    config's). The model is left in eval mode; callers that train restore train mode."""
+    config's). Batches are made of sentences of similar source length (as ``fairseq-generate``
+    makes them), so little of a batch is padding and its sentences finish at similar steps.
+    The model is left in eval mode; callers that train restore train mode."""
     from synattn_trainer.data import make_batch
     from synattn_trainer.tokenizer import decode
 
     model.eval()
     n = len(corpus) if limit is None else min(limit, len(corpus))
     requests = model.feature_requests()
-    out: list[str] = []
+    order = sorted(range(n), key=lambda i: (len(corpus.src[i]), i))
+    ids: list[list[int]] = [[] for _ in range(n)]
     for start in range(0, n, settings.batch_sentences):
-        index = list(range(start, min(n, start + settings.batch_sentences)))
+        index = order[start : start + settings.batch_sentences]
         b = make_batch(corpus, index, requests)
         if device is not None:
             b = b.to(device)
-        ids = beam_search(
+        out = beam_search(
             model, b.src, b.syntax, settings.beam if beam is None else beam,
             settings.lenpen if lenpen is None else lenpen, settings.lenpen_form,
             settings.max_len_a, settings.max_len_b,
         )  # fmt: skip
-        out.extend(decode(tok, ids))
-    return out
+        for i, hyp in zip(index, out, strict=True):
+            ids[i] = hyp
+    return decode(tok, ids)

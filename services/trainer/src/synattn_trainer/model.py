@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from synattn_shared.requests import FeatureRequest
 from synattn_trainer.config import AttentionType, ModelConfig, TrainConfig
 from synattn_trainer.data import Features
+from synattn_trainer.dropout import Dropout, dropout, fast_on
 from synattn_trainer.tokenizer import EOS_ID, PAD_ID
 from synattn_trainer.variants import AttentionVariant, AttnContext, Composite, build_layer_variant
 from synattn_trainer.variants.headgate import HeadGates
@@ -84,6 +85,21 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.h, self.d_head).transpose(1, 2)
 
+    def _project(self, x: Tensor, memory: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values ``[B, H, T, d_h]``. Self-attention makes all three with one
+        matrix product (keys and values of cross-attention with one): fewer, larger products
+        run faster, and the three ``nn.Linear`` (parameter names, checkpoints) stay as they are.
+        """
+        qw, kw, vw = self.q_proj.weight, self.k_proj.weight, self.v_proj.weight
+        qb, kb, vb = self.q_proj.bias, self.k_proj.bias, self.v_proj.bias
+        if memory is x:
+            qkv = F.linear(x, torch.cat([qw, kw, vw]), torch.cat([qb, kb, vb]))
+            q, k, v = qkv.chunk(3, dim=-1)
+            return self._split(q), self._split(k), self._split(v)
+        kv = F.linear(memory, torch.cat([kw, vw]), torch.cat([kb, vb]))
+        k, v = kv.chunk(2, dim=-1)
+        return self._split(self.q_proj(x)), self._split(k), self._split(v)
+
     def forward(
         self,
         x: Tensor,
@@ -97,12 +113,11 @@ class MultiHeadAttention(nn.Module):
         ``cache`` (incremental decoding): self-attention appends this step's keys and values to
         the cached ones; with ``static_kv`` (cross-attention) they are computed once and reused.
         """
-        q = self._split(self.q_proj(x))
         if cache is not None and static_kv and "k" in cache:
+            q = self._split(self.q_proj(x))
             k, v = cache["k"], cache["v"]
         else:
-            k = self._split(self.k_proj(memory))
-            v = self._split(self.v_proj(memory))
+            q, k, v = self._project(x, memory)
             if cache is not None:
                 if not static_kv and "k" in cache:
                     k = torch.cat([cache["k"], k], 2)
@@ -112,7 +127,13 @@ class MultiHeadAttention(nn.Module):
         p_drop = self.dropout if self.training else 0.0
         ctx.dropout = p_drop
         bias = self.hooks.logit_bias(q, k, ctx)
-        mask = combine_masks(ctx.key_padding, self.causal, bias, q.shape[2], k.shape[2], x.device)
+        tq, tk = q.shape[2], k.shape[2]
+        key = (ctx.kind, self.causal, tq, tk)  # one padding/causal mask per shape and forward
+        if key not in ctx.masks:
+            ctx.masks[key] = combine_masks(ctx.key_padding, self.causal, None, tq, tk, x.device)
+        mask = ctx.masks[key]
+        if bias is not None:
+            mask = bias if mask is None else mask + bias
         # analysis never changes the path: the same computation runs, and reports what it did
         ctx.keep_probs, ctx.probs = self.keep_probs, None
         ctx.value_term = self.hooks.values
@@ -131,11 +152,18 @@ class MultiHeadAttention(nn.Module):
             self.hooks.observe(probs, ctx)
             if self.keep_probs:
                 self.last_probs = probs.detach()
-            dropped = F.dropout(probs, p_drop, self.training)
+            dropped = dropout(probs, p_drop, self.training)
             heads = dropped @ v
             term = self.hooks.values(dropped)
             if term is not None:
                 heads = heads + term.to(heads.dtype)
+        elif p_drop > 0 and fast_on(q.device):
+            # SDPA on the CPU falls back to explicit attention when dropout is on; the same
+            # computation here takes the cheaper dropout mask (synattn_trainer.dropout)
+            probs = self._probs(q, k, mask)
+            if self.keep_probs:
+                self.last_probs = probs.detach()
+            heads = dropout(probs, p_drop) @ v
         else:
             if mask is not None and mask.dtype != q.dtype:
                 # SDPA wants the mask in the query's dtype: torch 2.13 on CPU gives wrong results
@@ -158,7 +186,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(cfg.d_model, cfg.d_ff)
         self.fc2 = nn.Linear(cfg.d_ff, cfg.d_model)
-        self.dropout = nn.Dropout(cfg.relu_dropout)
+        self.dropout = Dropout(cfg.relu_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         out: Tensor = self.fc2(self.dropout(F.relu(self.fc1(x))))
@@ -171,7 +199,7 @@ class Sublayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.pre = cfg.norm == "pre"
 
     def forward(self, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
@@ -268,7 +296,7 @@ class Transformer(nn.Module):
             self.tgt_embed = nn.Embedding(vocab_size, m.d_model, padding_idx=PAD_ID)
             nn.init.normal_(self.tgt_embed.weight, 0.0, m.d_model**-0.5)
         self.register_buffer("pe", sinusoids(m.max_positions, m.d_model), persistent=False)
-        self.drop = nn.Dropout(m.dropout)
+        self.drop = Dropout(m.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg, i) for i in range(m.enc_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg, i) for i in range(m.dec_layers))
         self.enc_norm = nn.LayerNorm(m.d_model) if m.final_norm else nn.Identity()
@@ -360,22 +388,30 @@ class Transformer(nn.Module):
         src_pad, src_eos, syn = src.eq(PAD_ID), src.eq(EOS_ID), syntax or {}
         x = self._embed(self.embed, src)
         memo: dict[Hashable, Tensor] = {}
+        masks: dict[Hashable, Tensor | None] = {}
         for i, layer in enumerate(self.encoder):
             ctx = AttnContext("enc_self", i, src_pad, src_pad, syn, self.state, src_eos=src_eos,
-                              memo=memo)  # fmt: skip
+                              memo=memo, masks=masks)  # fmt: skip
             x = layer(x, ctx)
         return Encoded(self.enc_norm(x), src_pad, src_eos, syn)
 
-    def decode(self, tgt_in: Tensor, enc: Encoded) -> Tensor:
-        """Logits ``[B, T, V]`` for every target prefix position."""
+    def decode(self, tgt_in: Tensor, enc: Encoded, positions: Tensor | None = None) -> Tensor:
+        """Logits ``[B, T, V]`` for every target prefix position; with ``positions`` (a
+        ``[B, T]`` bool mask, training: the non-padding targets) only those, ``[N, V]`` in
+        row-major order. The output layer is the largest matrix product of a small model, and
+        its rows at padding are thrown away by the loss anyway."""
         tgt_pad = tgt_in.eq(PAD_ID)
         self.state["target_tokens"] = int((~tgt_pad).sum())  # per-token aux losses (§3.1)
         y = self._embed(self.tgt_embed, tgt_in)
+        masks: dict[Hashable, Tensor | None] = {}
         for i, layer in enumerate(self.decoder):
-            self_ctx = AttnContext("dec_self", i, tgt_pad, tgt_pad, enc.syntax, self.state)
+            self_ctx = AttnContext("dec_self", i, tgt_pad, tgt_pad, enc.syntax, self.state,
+                                   masks=masks)  # fmt: skip
             cross_ctx = AttnContext("enc_dec", i, enc.src_pad, tgt_pad, enc.syntax, self.state,
-                                    src_eos=enc.src_eos)  # fmt: skip
+                                    src_eos=enc.src_eos, masks=masks)  # fmt: skip
             y = layer(y, enc.memory, self_ctx, cross_ctx)
+        if positions is not None:
+            y = y[positions]
         y = self.dec_norm(y)
         weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
         return F.linear(y, weight, self.out_bias)
@@ -395,17 +431,26 @@ class Transformer(nn.Module):
         last_pad = tgt_pad[:, -1:]
         while len(cache) < len(self.decoder):
             cache.append({})
+        masks: dict[Hashable, Tensor | None] = {}
         for i, layer in enumerate(self.decoder):
-            self_ctx = AttnContext("dec_self", i, tgt_pad, last_pad, enc.syntax, self.state)
+            self_ctx = AttnContext("dec_self", i, tgt_pad, last_pad, enc.syntax, self.state,
+                                   masks=masks)  # fmt: skip
             cross_ctx = AttnContext("enc_dec", i, enc.src_pad, last_pad, enc.syntax, self.state,
-                                    src_eos=enc.src_eos)  # fmt: skip
+                                    src_eos=enc.src_eos, masks=masks)  # fmt: skip
             y = layer(y, enc.memory, self_ctx, cross_ctx, cache[i])
         y = self.dec_norm(y)
         weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
         return F.linear(y[:, -1], weight, self.out_bias)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, syntax: Features | None = None) -> Tensor:
-        return self.decode(tgt_in, self.encode(src, syntax))
+    def forward(
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        syntax: Features | None = None,
+        positions: Tensor | None = None,
+    ) -> Tensor:
+        """Logits ``[B, T, V]``, or ``[N, V]`` at ``positions`` only (see ``decode``)."""
+        return self.decode(tgt_in, self.encode(src, syntax), positions)
 
     def aux_loss(self) -> Tensor | None:
         """Sum of the variants' auxiliary losses from the last forward pass."""

@@ -34,6 +34,7 @@ from synattn_trainer.data import (
     make_batch,
     token_batches,
 )
+from synattn_trainer.dropout import use_fast as use_fast_dropout
 from synattn_trainer.model import Transformer, count_parameters
 from synattn_trainer.tokenizer import PAD_ID, load_tokenizer
 
@@ -45,14 +46,22 @@ def lr_factor(step: int, warmup: int) -> float:
 
 
 def token_loss(logits: Tensor, gold: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL over non-padding tokens."""
-    flat = logits.float().view(-1, logits.shape[-1])
+    """Summed label-smoothed cross-entropy and summed NLL over non-padding tokens.
+
+    One log-softmax serves both sums (``F.cross_entropy`` twice would compute it twice, the
+    largest single cost of a small model's update): with ``eps`` = ``smoothing`` and V classes,
+    the loss is ``(1 - eps) * nll + eps / V * sum_v -log p_v``, PyTorch's label smoothing.
+    ``logits`` may be ``[..., V]`` with ``gold`` of the same leading shape.
+    """
+    lp = F.log_softmax(logits.float().reshape(-1, logits.shape[-1]), dim=-1)
     g = gold.reshape(-1)
-    loss = F.cross_entropy(
-        flat, g, ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum"
-    )
-    nll = F.cross_entropy(flat, g, ignore_index=PAD_ID, reduction="sum")
-    return loss, nll
+    keep = g.ne(PAD_ID)
+    nll = F.nll_loss(lp, g, ignore_index=PAD_ID, reduction="sum")
+    if smoothing == 0:
+        return nll, nll.detach()
+    uniform = -(lp.sum(-1) * keep).sum()
+    loss = (1.0 - smoothing) * nll + (smoothing / lp.shape[-1]) * uniform
+    return loss, nll.detach()
 
 
 def world() -> tuple[int, int]:
@@ -87,8 +96,9 @@ def update_loss(
     gradient of (total loss / total tokens), exactly what one process would compute.
     """
     _, n = world()
-    logits: Tensor = model(batch.src, batch.tgt_in, batch.syntax)
-    loss, nll = token_loss(logits, batch.tgt_out, smoothing)
+    positions = batch.tgt_out.ne(PAD_ID)  # logits only where a target token is scored
+    logits: Tensor = model(batch.src, batch.tgt_in, batch.syntax, positions)
+    loss, nll = token_loss(logits, batch.tgt_out[positions], smoothing)
     inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     aux = cast(Transformer, inner).aux_loss()
     total = loss
@@ -165,6 +175,7 @@ class Trainer:
         self.device = device
         self.progress = progress and self.rank == 0
         ck.seed_everything(cfg.train.seed)
+        use_fast_dropout(cfg.train.fast_dropout)
         self.tok = load_tokenizer(cfg.data.tokenizer)
         eos = cfg.data.source_eos
         self.train_data = load_corpus(
@@ -181,8 +192,10 @@ class Trainer:
             )
         o = cfg.optim
         self.optim = torch.optim.Adam(
-            self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
-        )
+            self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
+            weight_decay=o.weight_decay, fused=o.implementation == "fused",
+            foreach=o.implementation == "foreach",
+        )  # fmt: skip
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.optim, lambda step: lr_factor(step + 1, o.warmup)
         )
@@ -493,8 +506,9 @@ class Trainer:
             -1,
         ):
             b = make_batch(data, index, self.requests).to(self.device)
-            logits = self.model(b.src, b.tgt_in, b.syntax)
-            loss, nll = token_loss(logits, b.tgt_out, self.cfg.optim.label_smoothing)
+            positions = b.tgt_out.ne(PAD_ID)
+            logits = self.model(b.src, b.tgt_in, b.syntax, positions)
+            loss, nll = token_loss(logits, b.tgt_out[positions], self.cfg.optim.label_smoothing)
             loss_sum += float(loss)
             nll_sum += float(nll)
             tokens += b.ntokens

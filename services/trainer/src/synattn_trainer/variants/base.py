@@ -44,6 +44,7 @@ class AttnContext:
             that asked for each (``synattn_shared.requests``).
         src_eos: ``[B, Ts]`` True at the source's ``</s>`` (None when the source has none).
         memo: tensors computed once per forward and shared by the layers (fixed patterns).
+        masks: the padding and causal masks of this forward, built once and shared by layers.
         state: training progress (``update``, ``epoch``) for schedules such as pre-warm-up.
     """
 
@@ -60,6 +61,7 @@ class AttnContext:
     probs: Tensor | None = None  # [B, H, Tq, Tk] the probabilities ``attend`` applied
     src_eos: Tensor | None = None
     memo: dict[Hashable, Tensor] = field(default_factory=dict)
+    masks: dict[Hashable, Tensor | None] = field(default_factory=dict)  # padding/causal, by shape
 
     def report(self, probs: Tensor) -> None:
         """Called by ``attend``: these are the attention probabilities it applied (before

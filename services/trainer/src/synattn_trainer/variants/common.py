@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from synattn_trainer.dropout import dropout
 from synattn_trainer.variant_options import Heads
 
 
@@ -23,7 +23,7 @@ def softmax(x: Tensor) -> Tensor:
 
 def apply(probs: Tensor, v: Tensor, p: float, training: bool) -> Tensor:
     """Attention dropout, then the weighted sum of values."""
-    return F.dropout(probs, p, training).to(v.dtype) @ v
+    return dropout(probs, p, training).to(v.dtype) @ v
 
 
 def head_mask(heads: Heads, n_heads: int, device: torch.device) -> Tensor | None:

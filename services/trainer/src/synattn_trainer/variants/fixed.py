@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from synattn_shared.requests import FeatureRequest, WordIds
 from synattn_trainer.config import AttentionType, ModelConfig
+from synattn_trainer.dropout import dropout
 from synattn_trainer.patterns import token_patterns, word_patterns
 from synattn_trainer.variant_options import FixedConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
@@ -52,7 +52,7 @@ class Fixed(AttentionVariant):
             ctx.memo[key] = self.patterns(ctx, k.shape[2], v.device)
         p = ctx.memo[key].to(v.dtype)
         drop = ctx.dropout if self.config.dropout_on_fixed else 0.0
-        fixed = F.dropout(p, drop, drop > 0) @ v[:, :f]
+        fixed = dropout(p, drop, drop > 0) @ v[:, :f]
         if f == self.heads:
             ctx.report(p)
             return fixed

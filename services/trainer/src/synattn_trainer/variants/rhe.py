@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from synattn_shared.requests import DeaBias, DeaMask, FeatureRequest, RpIndex
 from synattn_trainer.config import AttentionType, ModelConfig
+from synattn_trainer.dropout import dropout
 from synattn_trainer.variant_options import RheConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
 from synattn_trainer.variants.common import logits_of, softmax
@@ -93,7 +93,7 @@ class Rhe(AttentionVariant):
         return torch.where(keep, out, enlivened)
 
     def _values(self, probs: Tensor, v: Tensor, ctx: AttnContext) -> Tensor:
-        dropped = F.dropout(probs, ctx.dropout, ctx.dropout > 0)
+        dropped = dropout(probs, ctx.dropout, ctx.dropout > 0)
         out = dropped.to(v.dtype) @ v
         term = None if ctx.value_term is None else ctx.value_term(dropped)  # Rel_Pos a^V
         return out if term is None else out + term.to(out.dtype)

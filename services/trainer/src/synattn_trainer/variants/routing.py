@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from synattn_trainer.config import AttentionType, ModelConfig
+from synattn_trainer.dropout import Dropout
 from synattn_trainer.variant_options import RoutingConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
 
@@ -90,7 +91,7 @@ class Routing(AttentionVariant):
         self.n_out = d // config.capsule_dim
         self.transform = nn.Linear(d, d)
         self.votes = nn.Linear(d, self.heads * d)
-        self.drop = nn.Dropout(model.dropout)
+        self.drop = Dropout(model.dropout)
         self.norm = nn.LayerNorm(d)
         if config.method == "em":
             self.beta_a = nn.Parameter(torch.zeros(self.n_out))

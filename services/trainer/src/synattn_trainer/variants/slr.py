@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from synattn_shared.requests import FeatureRequest, SlrBias
 from synattn_trainer.config import AttentionType, ModelConfig
+from synattn_trainer.dropout import dropout
 from synattn_trainer.variant_options import SlrConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
 from synattn_trainer.variants.common import apply, head_mask, logits_of, on_heads, softmax
@@ -96,7 +97,7 @@ class Slr(AttentionVariant):
         raw = softmax(x)
         syn = softmax(x + ctx.syntax[self.slr][:, None])
         if self.training and self.config.ignore_p > 0:
-            syn = F.dropout(syn, self.config.ignore_p)
+            syn = dropout(syn, self.config.ignore_p)
         g = self.gate_values(ctx)
         self.last_gate = g.detach()
         probs = raw + g[:, :, None, None] * (syn - raw)
