@@ -173,7 +173,7 @@ def reference_beam_search(
             break
         rows = (torch.arange(b)[:, None] * k + new_origin).view(-1)
         ys = torch.cat([ys.index_select(0, rows), new_token.view(-1, 1)], 1)
-        reorder_cache(cache, rows)
+        reorder_cache(cache, rows, rows)
         scores = new_scores
         scores[torch.tensor([not a for a in active])] = -float("inf")
     return [max(f, key=lambda x: x[0])[1] if f else [] for f in finished]

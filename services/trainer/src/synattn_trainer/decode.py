@@ -164,11 +164,13 @@ def beam_search(
         new_token = token.gather(1, order).masked_fill(~filled, PAD_ID)
         kept = keep.nonzero(as_tuple=True)[0]
         rows = (kept[:, None] * k + new_origin).view(-1)
+        static = None  # the rows of the sentences that stay, when some leave
         if kept.shape[0] < n:
-            enc = _select(enc, (kept[:, None] * k + torch.arange(k, device=device)).view(-1))
+            static = (kept[:, None] * k + torch.arange(k, device=device)).view(-1)
+            enc = _select(enc, static)
             alive = alive[kept]
         ys = torch.cat([ys.index_select(0, rows), new_token.view(-1, 1)], 1)
-        reorder_cache(cache, rows)
+        reorder_cache(cache, rows, static)
         scores = new_scores
     pick = (torch.arange(b, device=device), fin_score.argmax(1))
     lengths = fin_len[pick].masked_fill(fin_count.eq(0), 0).tolist()

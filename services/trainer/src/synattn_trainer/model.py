@@ -460,13 +460,23 @@ class Transformer(nn.Module):
         return torch.stack(losses).sum() if losses else None
 
 
-def reorder_cache(cache: list[dict[str, dict[str, Tensor]]], index: Tensor) -> None:
-    """Select the rows ``index`` of every cached key/value tensor (beam search)."""
+def reorder_cache(
+    cache: list[dict[str, dict[str, Tensor]]], index: Tensor, static: Tensor | None = None
+) -> None:
+    """Select the rows ``index`` of every cached self-attention key/value tensor (beam search).
+
+    Cross-attention keys and values depend only on the sentence, so every beam of a sentence
+    holds the same rows: they are selected with ``static`` (rows of the sentences that stay)
+    only when sentences leave the batch, and otherwise left alone (as fairseq does).
+    """
     for layer in cache:
-        for part in layer.values():
+        for name, part in layer.items():
+            rows = static if name == "cross" else index
+            if rows is None:
+                continue
             for key in ("k", "v"):
                 if key in part:
-                    part[key] = part[key].index_select(0, index)
+                    part[key] = part[key].index_select(0, rows)
 
 
 def count_parameters(model: nn.Module) -> int:

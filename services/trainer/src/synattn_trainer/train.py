@@ -45,23 +45,54 @@ def lr_factor(step: int, warmup: int) -> float:
     return min(step / warmup, math.sqrt(warmup / step))
 
 
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    """Label-smoothed cross-entropy summed over non-padding rows, with its gradient written in
+    one pass: ``softmax - (1 - eps) * onehot - eps / V`` per kept row. Autograd through
+    ``log_softmax``, ``nll_loss`` and a sum fills a zero matrix, scatters, expands and runs the
+    log-softmax backward, several passes over a ``[tokens, vocabulary]`` matrix, which on a CPU
+    is a tenth of a small model's update (bench/peer.py). Returns (loss, nll); the NLL carries
+    no gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, gold: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+        lp = F.log_softmax(logits, dim=-1)
+        keep = gold.ne(PAD_ID)
+        safe = gold.masked_fill(~keep, 0)[:, None]
+        nll_tok = -lp.gather(1, safe).squeeze(1)
+        nll = (nll_tok * keep).sum()
+        loss = nll
+        if smoothing:
+            uniform = -(lp.sum(-1) * keep).sum()
+            loss = (1.0 - smoothing) * nll + (smoothing / lp.shape[-1]) * uniform
+        ctx.save_for_backward(lp, safe, keep)
+        ctx.smoothing = smoothing
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None]:
+        lp, safe, keep = ctx.saved_tensors
+        eps = ctx.smoothing
+        grad = lp.exp()  # softmax
+        if eps:
+            grad.sub_(eps / lp.shape[-1])
+        grad.scatter_add_(1, safe, torch.full_like(safe, -(1.0 - eps), dtype=grad.dtype))
+        grad.mul_((keep.to(grad.dtype) * grad_loss)[:, None])
+        return grad, None, None
+
+
 def token_loss(logits: Tensor, gold: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy and summed NLL over non-padding tokens.
 
-    One log-softmax serves both sums (``F.cross_entropy`` twice would compute it twice, the
-    largest single cost of a small model's update): with ``eps`` = ``smoothing`` and V classes,
-    the loss is ``(1 - eps) * nll + eps / V * sum_v -log p_v``, PyTorch's label smoothing.
-    ``logits`` may be ``[..., V]`` with ``gold`` of the same leading shape.
+    With ``eps`` = ``smoothing`` and V classes the loss is ``(1 - eps) * nll + eps / V *
+    sum_v -log p_v``, PyTorch's label smoothing; one log-softmax serves both sums and the
+    gradient is computed directly (``_SmoothedCrossEntropy``). ``logits`` may be ``[..., V]``
+    with ``gold`` of the same leading shape; the NLL carries no gradient.
     """
-    lp = F.log_softmax(logits.float().reshape(-1, logits.shape[-1]), dim=-1)
-    g = gold.reshape(-1)
-    keep = g.ne(PAD_ID)
-    nll = F.nll_loss(lp, g, ignore_index=PAD_ID, reduction="sum")
-    if smoothing == 0:
-        return nll, nll.detach()
-    uniform = -(lp.sum(-1) * keep).sum()
-    loss = (1.0 - smoothing) * nll + (smoothing / lp.shape[-1]) * uniform
-    return loss, nll.detach()
+    flat = logits.float().reshape(-1, logits.shape[-1])
+    loss, nll = _SmoothedCrossEntropy.apply(flat, gold.reshape(-1), smoothing)  # type: ignore[no-untyped-call]
+    return loss, nll
 
 
 def world() -> tuple[int, int]:
