@@ -277,6 +277,7 @@ def main() -> None:
     ap.add_argument("--decode-batch", type=int, default=64)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--skip-quality", action="store_true")
+    ap.add_argument("--skip-speed", action="store_true", help="only the equal-budget part")
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--venv", type=Path, default=CACHE / "venv")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -313,6 +314,20 @@ def main() -> None:
           f"{hw}; Multi30k En-De first {args.pairs} pairs, joint BPE {args.vocab}")  # fmt: skip
 
     # 1. training speed
+    if not args.skip_speed:
+        training_speed(args, data, base, py)
+    if args.skip_quality:
+        return
+
+    # 2. same budget, then decoding speed and BLEU
+    equal_budget(args, data, base, py)
+
+
+def training_speed(
+    args: argparse.Namespace, data: dict[str, Any], base: dict[str, Any], py: Path
+) -> None:
+    """Part 1: training target tokens/s of both toolkits on the same batches."""
+    seed = base["seed"]
     speed_batches = batches_for(data, args.max_tokens, seed, args.warmup + args.timed)
     pad = padding_stats(data, speed_batches[args.warmup :])
     print(
@@ -337,14 +352,16 @@ def main() -> None:
         f = statistics.median(speeds[("fairseq", threads)])
         print(f"  {threads} thread(s): synattn {s:7.0f}  fairseq {f:7.0f}  "
               f"ratio {s / f:.2f} (goal >= 1.25)")  # fmt: skip
-    if args.skip_quality:
-        return
 
-    # 2. same budget, then decoding speed and BLEU
+
+def equal_budget(
+    args: argparse.Namespace, data: dict[str, Any], base: dict[str, Any], py: Path
+) -> None:
+    """Part 2: both train the same updates on the same batches; decoding speed and BLEU."""
     from synattn_trainer.evaluate import corpus_bleu
     from synattn_trainer.tokenizer import decode, load_tokenizer
 
-    train_batches = batches_for(data, args.max_tokens, seed, args.train_updates)
+    train_batches = batches_for(data, args.max_tokens, base["seed"], args.train_updates)
     threads = max(args.threads)
     trained: dict[str, dict[str, Any]] = {}
     for tool in ("synattn", "fairseq"):

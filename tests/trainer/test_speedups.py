@@ -221,3 +221,25 @@ def test_translate_corpus_sorts_by_length_and_keeps_row_order(
     assert out == expected  # row order
     flat = [n for batch in seen for n in batch]
     assert flat == sorted(flat) and [len(x) for x in seen] == [7, 7, 7, 7, 2]
+
+
+def test_decoding_sees_weights_changed_by_fused_adam(m30k: dict[str, Path]) -> None:
+    """Fused Adam updates parameters without bumping their version counters, so the stacked
+    projection weights a decoding call keeps must not outlive the call."""
+    import copy
+
+    from synattn_trainer.decode import greedy
+
+    model, cfg = _model(m30k)
+    model.eval()
+    corpus = load_corpus(m30k["valid"], load_tokenizer(cfg.data.tokenizer))
+    src = make_batch(corpus, list(range(6))).src
+    greedy(model, src, max_len_b=5)  # keeps stacked copies during the call
+    opt = torch.optim.Adam(model.parameters(), lr=0.5, fused=True)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    fresh = copy.deepcopy(model)
+    for _, _, mod in fresh.attention_modules():
+        mod._stacked.clear()
+    assert greedy(model, src, max_len_b=5) == greedy(fresh, src, max_len_b=5)

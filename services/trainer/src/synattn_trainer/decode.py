@@ -35,7 +35,7 @@ def _select(enc: Encoded, index: Tensor) -> Encoded:
     )
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy(
     model: Transformer,
     src: Tensor,
@@ -44,6 +44,7 @@ def greedy(
     max_len_b: int = 50,
 ) -> list[list[int]]:
     """Most probable next token at every step; returns ids without ``<s>``/``</s>``."""
+    model.start_decoding()
     enc = model.encode(src, syntax)
     b = src.shape[0]
     ys = torch.full((b, 1), BOS_ID, dtype=torch.long, device=src.device)
@@ -81,7 +82,7 @@ def _length_norm(lengths: Tensor, alpha: float, form: str) -> Tensor:
     return ((5 + x) / 6) ** alpha if form == "gnmt" else x**alpha
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(
     model: Transformer,
     src: Tensor,
@@ -108,6 +109,7 @@ def beam_search(
     """
     b, k, device = src.shape[0], beam, src.device
     steps = _max_len(src, max_len_a, max_len_b)
+    model.start_decoding()
     enc = _select(model.encode(src, syntax), torch.arange(b, device=device).repeat_interleave(k))
     ys = torch.full((b * k, 1), BOS_ID, dtype=torch.long, device=device)
     scores = torch.full((b, k), -float("inf"), device=device)
@@ -122,10 +124,16 @@ def beam_search(
     cache: list[dict[str, Any]] = []
     for step in range(steps):
         n = alive.shape[0]
-        logp = F.log_softmax(model.decode_step(ys, enc, cache).float(), -1)  # [n*k, V]
-        vocab = logp.shape[-1]
-        top_s, top_i = (scores.view(-1, 1) + logp).view(n, k * vocab).topk(2 * k, dim=1)
-        origin, token = top_i // vocab, top_i % vocab
+        logits = model.decode_step(ys, enc, cache).float()  # [n*k, V]
+        # the 2k best of a sentence are among the 2k best of each of its hypotheses: rank
+        # each row's logits, normalise only those (log p = logit - logsumexp), then rank the
+        # sentence's k * 2k candidates; the [n*k, V] log-probabilities are never written
+        row_top, row_tok = logits.topk(2 * k, dim=1)
+        row_logp = row_top - logits.logsumexp(1, keepdim=True)
+        cand = (scores.view(-1, 1) + row_logp).view(n, k * 2 * k)
+        top_s, top_i = cand.topk(2 * k, dim=1)
+        origin = top_i // (2 * k)
+        token = row_tok.view(n, k * 2 * k).gather(1, top_i)
         valid = top_s > -float("inf")
         is_eos = token.eq(EOS_ID)
         # a </s> among the best ``beam`` candidates finishes a hypothesis (fairseq's rule; at the
@@ -189,7 +197,7 @@ def forced_scores(
     return tok.sum(1).tolist()
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def translate_corpus(
     model: Transformer,
     corpus: Corpus,

@@ -66,6 +66,7 @@ class MultiHeadAttention(nn.Module):
         # a submodule, so parameter names (and checkpoints) stay ``variant.*``
         self.hooks: AttentionVariant
         object.__setattr__(self, "hooks", Composite([variant, self.head_gates]))
+        self._stacked: dict[str, tuple[Tensor, Tensor]] = {}  # see ``_fused``
         self.keep_probs = False  # analysis: store the last probabilities in ``last_probs``
         self.last_probs: Tensor | None = None
 
@@ -90,15 +91,28 @@ class MultiHeadAttention(nn.Module):
         matrix product (keys and values of cross-attention with one): fewer, larger products
         run faster, and the three ``nn.Linear`` (parameter names, checkpoints) stay as they are.
         """
-        qw, kw, vw = self.q_proj.weight, self.k_proj.weight, self.v_proj.weight
-        qb, kb, vb = self.q_proj.bias, self.k_proj.bias, self.v_proj.bias
         if memory is x:
-            qkv = F.linear(x, torch.cat([qw, kw, vw]), torch.cat([qb, kb, vb]))
-            q, k, v = qkv.chunk(3, dim=-1)
+            w, b = self._fused("qkv", (self.q_proj, self.k_proj, self.v_proj))
+            q, k, v = F.linear(x, w, b).chunk(3, dim=-1)
             return self._split(q), self._split(k), self._split(v)
-        kv = F.linear(memory, torch.cat([kw, vw]), torch.cat([kb, vb]))
-        k, v = kv.chunk(2, dim=-1)
+        w, b = self._fused("kv", (self.k_proj, self.v_proj))
+        k, v = F.linear(memory, w, b).chunk(2, dim=-1)
         return self._split(self.q_proj(x)), self._split(k), self._split(v)
+
+    def _fused(self, name: str, layers: tuple[nn.Linear, ...]) -> tuple[Tensor, Tensor]:
+        """The layers' weights and biases stacked. In training the stacking is part of the
+        graph (gradients flow to each layer). A decoding call (inference mode, one call per
+        step) stacks once: ``Transformer.start_decoding`` empties the copies at its start, as
+        the weights may have changed since (fused Adam does not bump version counters, so
+        they cannot tell)."""
+        params = [p for lin in layers for p in (lin.weight, lin.bias)]
+        if not torch.is_inference_mode_enabled():
+            return torch.cat(params[0::2]), torch.cat(params[1::2])
+        hit = self._stacked.get(name)
+        if hit is None:
+            hit = (torch.cat(params[0::2]), torch.cat(params[1::2]))
+            self._stacked[name] = hit
+        return hit
 
     def forward(
         self,
@@ -122,6 +136,8 @@ class MultiHeadAttention(nn.Module):
                 if not static_kv and "k" in cache:
                     k = torch.cat([cache["k"], k], 2)
                     v = torch.cat([cache["v"], v], 2)
+                # contiguous once here, not copied by every later step's matrix products
+                k, v = k.contiguous(), v.contiguous()
                 cache["k"], cache["v"] = k, v
         ctx.layer_input = x
         p_drop = self.dropout if self.training else 0.0
@@ -157,9 +173,11 @@ class MultiHeadAttention(nn.Module):
             term = self.hooks.values(dropped)
             if term is not None:
                 heads = heads + term.to(heads.dtype)
-        elif p_drop > 0 and fast_on(q.device):
-            # SDPA on the CPU falls back to explicit attention when dropout is on; the same
-            # computation here takes the cheaper dropout mask (synattn_trainer.dropout)
+        elif q.shape[2] == 1 or (p_drop > 0 and fast_on(q.device)):
+            # one query (a decoding step): two small matrix products beat the fused kernel,
+            # whose blocking is made for many queries (about 2x on the CPU, bench/peer.py).
+            # With dropout, SDPA on the CPU falls back to explicit attention anyway; the same
+            # computation here takes the cheaper dropout mask (synattn_trainer.dropout).
             probs = self._probs(q, k, mask)
             if self.keep_probs:
                 self.last_probs = probs.detach()
@@ -415,6 +433,12 @@ class Transformer(nn.Module):
         y = self.dec_norm(y)
         weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
         return F.linear(y, weight, self.out_bias)
+
+    def start_decoding(self) -> None:
+        """Forget what one decoding call kept (stacked projection weights); called by every
+        decoding function before its first step."""
+        for _, _, mod in self.attention_modules():
+            mod._stacked.clear()
 
     def decode_step(
         self, prefix: Tensor, enc: Encoded, cache: list[dict[str, dict[str, Tensor]]]
