@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
@@ -213,12 +213,14 @@ def finite_json(value: Any) -> Any:
 T = TypeVar("T")
 
 
-def app_state(name: str, kind: type[T]) -> Callable[[Request], T]:
+def app_state(name: str, kind: type[T]) -> Callable[[Request], Awaitable[T]]:
     """A dependency that reads ``request.app.state.<name>`` (an object of type ``kind`` that
     ``create_app`` put there): ``Store = Annotated[JobStore, Depends(app_state("store",
-    JobStore))]``."""
+    JobStore))]``. It is a coroutine function: FastAPI runs a plain function dependency in
+    its thread pool, a round trip per dependency and request that was an eighth of the parser
+    API's event loop under load (bench/parse.py)."""
 
-    def read(request: Request) -> T:
+    async def read(request: Request) -> T:
         value: T = getattr(request.app.state, name)
         return value
 
