@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 PROJECTS := shared/pyproject.toml services/parser/pyproject.toml services/trainer/pyproject.toml \
 	services/jobs/pyproject.toml
 
-.PHONY: venv data demo test lint pytest bench clean
+.PHONY: venv data demo test lint pytest bench bench-peer clean
 
 venv: $(STAMP)
 
@@ -71,6 +71,11 @@ test: lint pytest
 bench: venv
 	$(BIN)/python bench/features.py
 	$(BIN)/python bench/parse.py
+
+# synattn against fairseq on the same data, BPE, shape and batches (installs fairseq-fixed into
+# .cache/peer/venv once, with this venv's torch pinned; ~40 min on 2 CPU cores)
+bench-peer: venv
+	$(BIN)/python bench/peer.py --data-dir $(DATA_DIR)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

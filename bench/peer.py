@@ -184,6 +184,7 @@ def synattn_config(job: dict[str, Any]) -> Any:
             "optim": {k: v for k, v in job["optim"].items()},
             "train": {
                 "seed": job["seed"],
+                "compile": job.get("compile", False),
                 "precision": "fp32",
                 "patience": 0,
                 "bleu_every": 0,
@@ -278,6 +279,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--skip-quality", action="store_true")
     ap.add_argument("--skip-speed", action="store_true", help="only the equal-budget part")
+    ap.add_argument("--compile", action="store_true", help="synattn with train.compile: true")
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--venv", type=Path, default=CACHE / "venv")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -300,6 +302,7 @@ def main() -> None:
         "max_tokens": args.max_tokens, "seed": seed, "model": MODEL, "optim": OPTIM,
         "device": args.device, "warmup": args.warmup, "beam": 5, "lenpen": 1.0,
         "max_len_a": 1.0, "max_len_b": 50, "decode_batch": args.decode_batch,
+        "compile": args.compile,
     }  # fmt: skip
     fs_versions = json.loads(
         subprocess.run(

@@ -39,3 +39,19 @@ def test_safe_text_and_finite_json() -> None:
     assert safe_text("a\ud800b").encode("utf-8")
     assert len(safe_text("x" * 10_000)) < 400
     assert finite_json({"a": [float("nan"), 1.0, float("inf")]}) == {"a": [None, 1.0, None]}
+
+
+def test_app_state_dependencies_run_on_the_event_loop() -> None:
+    """A plain-function dependency costs a thread-pool round trip per request in FastAPI;
+    the state readers are coroutine functions, and still return the app's object."""
+    import asyncio
+    import inspect
+    from types import SimpleNamespace
+
+    from synattn_shared.webapi import app_state
+
+    read = app_state("store", dict)
+    assert inspect.iscoroutinefunction(read)
+    store: dict[str, int] = {"a": 1}
+    request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(store=store)))
+    assert asyncio.run(read(request)) is store  # type: ignore[arg-type]

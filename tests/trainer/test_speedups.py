@@ -243,3 +243,78 @@ def test_decoding_sees_weights_changed_by_fused_adam(m30k: dict[str, Path]) -> N
     for _, _, mod in fresh.attention_modules():
         mod._stacked.clear()
     assert greedy(model, src, max_len_b=5) == greedy(fresh, src, max_len_b=5)
+
+
+def test_compile_switch_wraps_the_training_forward(
+    m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``train.compile`` hands the training module to ``torch.compile`` (spied on here: a real
+    compilation takes minutes on two cores; bench/peer.py --compile measures it)."""
+    seen: list[dict[str, Any]] = []
+
+    def spy(module: torch.nn.Module, **kwargs: Any) -> torch.nn.Module:
+        seen.append(kwargs)
+        return module
+
+    monkeypatch.setattr(torch, "compile", spy)
+    Trainer(tiny_config(m30k), tmp_path / "eager", progress=False)
+    assert seen == []
+    trainer = Trainer(tiny_config(m30k, train={"compile": True}), tmp_path / "c", progress=False)
+    assert seen == [{"dynamic": True}] and trainer.net is trainer.model
+
+
+def test_hypotheses_sharing_one_source_copy_give_the_same_logits(
+    m30k: dict[str, Path],
+) -> None:
+    """``beams_share_source``: cross-attention of k hypotheses to one copy of their source
+    equals attention from k copies, step by step."""
+    model, cfg = _model(m30k)
+    model.eval()
+    assert model.beams_share_source()
+    corpus = load_corpus(m30k["valid"], load_tokenizer(cfg.data.tokenizer))
+    src = make_batch(corpus, list(range(5))).src
+    k = 3
+    with torch.inference_mode():
+        model.start_decoding()
+        enc = model.encode(src)
+        wide = _select(enc, torch.arange(5).repeat_interleave(k))
+        prefix = torch.randint(4, 50, (5 * k, 4))
+        prefix[:, 0] = BOS_ID
+        shared_cache: list[dict[str, Any]] = []
+        copied_cache: list[dict[str, Any]] = []
+        for t in range(1, 5):
+            a = model.decode_step(prefix[:, :t], enc, shared_cache, beam=k)
+            b = model.decode_step(prefix[:, :t], wide, copied_cache)
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        assert shared_cache[0]["cross"]["k"].shape[0] == 5  # one row per sentence
+
+
+def test_variants_and_analysis_keep_one_source_copy_per_hypothesis(
+    m30k: dict[str, Path],
+) -> None:
+    model, _ = _model(m30k)
+    model.decoder[0].self_attn.keep_probs = True
+    assert not model.beams_share_source()
+    for kind, name in (("enc_dec", "localness"), ("dec_self", "rel_pos")):
+        cfg = tiny_config(m30k, attention={kind: [{"name": name}]})
+        assert not Transformer(cfg, 600).beams_share_source()
+    enc_only = Transformer(tiny_config(m30k, attention={"enc_self": [{"name": "dea"}]}), 600)
+    assert enc_only.beams_share_source()  # the encoder's variants do not matter
+
+
+def test_batched_beam_search_with_a_cross_attention_variant(m30k: dict[str, Path]) -> None:
+    """The path that keeps one source copy per hypothesis (a variant on enc_dec)."""
+    cfg = tiny_config(
+        m30k, model={"output_bias": True}, attention={"enc_dec": [{"name": "localness"}]}
+    )
+    torch.manual_seed(3)
+    model = Transformer(cfg, load_tokenizer(m30k["tokenizer"]).get_vocab_size()).eval()
+    assert not model.beams_share_source()
+    with torch.no_grad():
+        assert model.out_bias is not None
+        model.out_bias[EOS_ID] = 2.4
+    corpus = load_corpus(m30k["valid"], load_tokenizer(cfg.data.tokenizer))
+    b = make_batch(corpus, list(range(24)))
+    got = beam_search(model, b.src, None, 4, 1.0, "average", 1.0, 6)
+    assert got == reference_beam_search(model, b.src, 4, 1.0, "average", 6)
+    assert len({len(h) for h in got}) > 1

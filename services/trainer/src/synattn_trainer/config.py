@@ -121,6 +121,11 @@ class TrainLoopConfig(Strict):
     patience: int = Field(10, ge=0, description="epochs without dev-loss gain; 0 = off")
     seed: int = 1
     precision: Literal["fp32", "bf16", "auto"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+    compile: bool = Field(
+        False,
+        description="torch.compile the training forward (off by default: on a 2-core CPU it "
+        "did not pay, see bench/peer.py --compile)",
+    )
     fast_dropout: bool = Field(
         True,
         description="CPU dropout masks from 16-bit draws (synattn_trainer.dropout); false: "

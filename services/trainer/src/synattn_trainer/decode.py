@@ -110,7 +110,11 @@ def beam_search(
     b, k, device = src.shape[0], beam, src.device
     steps = _max_len(src, max_len_a, max_len_b)
     model.start_decoding()
-    enc = _select(model.encode(src, syntax), torch.arange(b, device=device).repeat_interleave(k))
+    # plain decoder attention: one copy of each source serves all its hypotheses
+    shared = k > 1 and model.beams_share_source()
+    enc = model.encode(src, syntax)
+    if not shared:
+        enc = _select(enc, torch.arange(b, device=device).repeat_interleave(k))
     ys = torch.full((b * k, 1), BOS_ID, dtype=torch.long, device=device)
     scores = torch.full((b, k), -float("inf"), device=device)
     scores[:, 0] = 0.0  # step 0: only the first copy of each sentence is live
@@ -124,7 +128,7 @@ def beam_search(
     cache: list[dict[str, Any]] = []
     for step in range(steps):
         n = alive.shape[0]
-        logits = model.decode_step(ys, enc, cache).float()  # [n*k, V]
+        logits = model.decode_step(ys, enc, cache, k if shared else 1).float()  # [n*k, V]
         # the 2k best of a sentence are among the 2k best of each of its hypotheses: rank
         # each row's logits, normalise only those (log p = logit - logsumexp), then rank the
         # sentence's k * 2k candidates; the [n*k, V] log-probabilities are never written
@@ -172,9 +176,10 @@ def beam_search(
         new_token = token.gather(1, order).masked_fill(~filled, PAD_ID)
         kept = keep.nonzero(as_tuple=True)[0]
         rows = (kept[:, None] * k + new_origin).view(-1)
-        static = None  # the rows of the sentences that stay, when some leave
+        static = None  # the source rows of the sentences that stay, when some leave
         if kept.shape[0] < n:
-            static = (kept[:, None] * k + torch.arange(k, device=device)).view(-1)
+            static = kept if shared else (kept[:, None] * k + torch.arange(k, device=device))
+            static = static.view(-1)
             enc = _select(enc, static)
             alive = alive[kept]
         ys = torch.cat([ys.index_select(0, rows), new_token.view(-1, 1)], 1)

@@ -114,6 +114,30 @@ class MultiHeadAttention(nn.Module):
             self._stacked[name] = hit
         return hit
 
+    def _beams_to_source(
+        self, x: Tensor, memory: Tensor, ctx: AttnContext, cache: dict[str, Tensor] | None
+    ) -> Tensor:
+        """Plain cross-attention of ``ctx.beam`` hypotheses per sentence (``x``: ``[n * beam,
+        1, D]``) to their sentence's source (``memory``: ``[n, S, D]``): keys and values once per
+        sentence, and a sentence's hypotheses attend together, one ``[beam, S]`` product per
+        head instead of ``beam`` copies of the source (``Transformer.beams_share_source``)."""
+        if cache is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            w, b = self._fused("kv", (self.k_proj, self.v_proj))
+            k, v = (self._split(t).contiguous() for t in F.linear(memory, w, b).chunk(2, dim=-1))
+            if cache is not None:
+                cache["k"], cache["v"] = k, v
+        n, beam, s = k.shape[0], ctx.beam, k.shape[2]
+        q = self.q_proj(x).view(n, beam, self.h, self.d_head).transpose(1, 2)  # [n, H, beam, dh]
+        key = (ctx.kind, False, beam, s)
+        if key not in ctx.masks:
+            ctx.masks[key] = combine_masks(ctx.key_padding, False, None, beam, s, x.device)
+        heads = self._probs(q, k, ctx.masks[key]) @ v  # [n, H, beam, dh]
+        assert self.out_proj is not None
+        out: Tensor = self.out_proj(heads.transpose(1, 2).reshape(n * beam, 1, -1))
+        return out
+
     def forward(
         self,
         x: Tensor,
@@ -127,6 +151,8 @@ class MultiHeadAttention(nn.Module):
         ``cache`` (incremental decoding): self-attention appends this step's keys and values to
         the cached ones; with ``static_kv`` (cross-attention) they are computed once and reused.
         """
+        if ctx.beam > 1:
+            return self._beams_to_source(x, memory, ctx, cache)
         if cache is not None and static_kv and "k" in cache:
             q = self._split(self.q_proj(x))
             k, v = cache["k"], cache["v"]
@@ -434,6 +460,19 @@ class Transformer(nn.Module):
         weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
         return F.linear(y, weight, self.out_bias)
 
+    def beams_share_source(self) -> bool:
+        """Whether beam search may keep one copy of each source for all its hypotheses: every
+        decoder attention is plain attention (no variant, no head gates, no analysis), so the
+        cross-attention's only per-source input is the encoder output."""
+        return all(
+            type(m.variant) is AttentionVariant
+            and m.out_proj is not None
+            and m.head_gates.gates is None
+            and not m.keep_probs
+            for kind, _, m in self.attention_modules()
+            if kind != "enc_self"
+        )
+
     def start_decoding(self) -> None:
         """Forget what one decoding call kept (stacked projection weights); called by every
         decoding function before its first step."""
@@ -441,12 +480,18 @@ class Transformer(nn.Module):
             mod._stacked.clear()
 
     def decode_step(
-        self, prefix: Tensor, enc: Encoded, cache: list[dict[str, dict[str, Tensor]]]
+        self,
+        prefix: Tensor,
+        enc: Encoded,
+        cache: list[dict[str, dict[str, Tensor]]],
+        beam: int = 1,
     ) -> Tensor:
         """Next-token logits ``[B, V]`` given the whole prefix, computing only its last position.
 
         Earlier positions never change under causal attention, so their keys and values are kept
         in ``cache`` (one dict per decoder layer; reorder it with ``reorder_cache`` for beams).
+        With ``beam > 1`` (only when ``beams_share_source``), ``enc`` holds one row per sentence
+        and ``prefix`` ``beam`` consecutive rows per sentence.
         """
         t = prefix.shape[1]
         tgt_pad = prefix.eq(PAD_ID)
@@ -460,7 +505,7 @@ class Transformer(nn.Module):
             self_ctx = AttnContext("dec_self", i, tgt_pad, last_pad, enc.syntax, self.state,
                                    masks=masks)  # fmt: skip
             cross_ctx = AttnContext("enc_dec", i, enc.src_pad, last_pad, enc.syntax, self.state,
-                                    src_eos=enc.src_eos, masks=masks)  # fmt: skip
+                                    src_eos=enc.src_eos, masks=masks, beam=beam)  # fmt: skip
             y = layer(y, enc.memory, self_ctx, cross_ctx, cache[i])
         y = self.dec_norm(y)
         weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
@@ -489,9 +534,10 @@ def reorder_cache(
 ) -> None:
     """Select the rows ``index`` of every cached self-attention key/value tensor (beam search).
 
-    Cross-attention keys and values depend only on the sentence, so every beam of a sentence
-    holds the same rows: they are selected with ``static`` (rows of the sentences that stay)
-    only when sentences leave the batch, and otherwise left alone (as fairseq does).
+    Cross-attention keys and values depend only on the sentence (every beam of a sentence holds
+    the same rows, or one row per sentence with ``beams_share_source``): they are selected with
+    ``static`` (their rows of the sentences that stay) only when sentences leave the batch, and
+    otherwise left alone (as fairseq does).
     """
     for layer in cache:
         for name, part in layer.items():

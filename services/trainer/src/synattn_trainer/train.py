@@ -221,6 +221,9 @@ class Trainer:
             self.net = nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None
             )
+        if cfg.train.compile:
+            # the training forward only (decoding stays eager); shapes vary from batch to batch
+            self.net = cast(nn.Module, torch.compile(self.net, dynamic=True))
         o = cfg.optim
         self.optim = torch.optim.Adam(
             self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,

@@ -45,6 +45,8 @@ class AttnContext:
         src_eos: ``[B, Ts]`` True at the source's ``</s>`` (None when the source has none).
         memo: tensors computed once per forward and shared by the layers (fixed patterns).
         masks: the padding and causal masks of this forward, built once and shared by layers.
+        beam: cross-attention while decoding: each memory row (a sentence) serves ``beam``
+            consecutive query rows (its hypotheses); 1 otherwise.
         state: training progress (``update``, ``epoch``) for schedules such as pre-warm-up.
     """
 
@@ -62,6 +64,7 @@ class AttnContext:
     src_eos: Tensor | None = None
     memo: dict[Hashable, Tensor] = field(default_factory=dict)
     masks: dict[Hashable, Tensor | None] = field(default_factory=dict)  # padding/causal, by shape
+    beam: int = 1  # decoding: queries are ``beam`` hypotheses per row of the memory
 
     def report(self, probs: Tensor) -> None:
         """Called by ``attend``: these are the attention probabilities it applied (before
