@@ -5,8 +5,9 @@ On the first N Multi30k training sentences, in one run:
   (b) the full pipeline (``synattn parse``: parse, every stored feature, shards), one process,
       and its ratio to (a) (goal >= 0.85); two processes for information;
   (c) the API with 16 concurrent clients sending one sentence per request: sentences/s, p50 and
-      p99 latency, and the ratio to (b) (goal >= 0.7, thanks to micro-batching); and with two
-      model processes against the CLI's two processes, for information;
+      p99 latency, and the ratio to (b) (goal >= 0.85, thanks to micro-batching); then 64
+      clients, p99 latency (goal < 100 ms); and with two model processes against the CLI's two
+      processes, for information;
   (d) memory: M sentences through the running API (32 per request); resident memory of the API
       process and its model worker
       after warm-up and at the end (goal: growth < 10%);
@@ -157,6 +158,7 @@ def main() -> None:
     ap.add_argument("--memory-n", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--crowd", type=int, default=64, help="clients of the latency measurement")
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
     args = ap.parse_args()
 
@@ -186,8 +188,16 @@ def main() -> None:
         rate, lat = asyncio.run(clients(url, lines[: args.n], args.concurrency, 1))
         print(
             f"(c) API, {args.concurrency} clients x 1 sentence/request {rate:8.1f} sent/s  "
-            f"ratio to (b) {rate / full_m:.2f} (goal >= 0.7)  "
+            f"ratio to (b) {rate / full_m:.2f} (goal >= 0.85)  "
             f"p50 {percentile(lat, 0.5) * 1000:.1f} ms  p99 {percentile(lat, 0.99) * 1000:.1f} ms"
+        )
+        rate64, lat64 = asyncio.run(clients(url, lines[: args.n], args.crowd, 1))
+        print(
+            f"    API, {args.crowd} clients x 1 sentence/request {rate64:8.1f} sent/s  "
+            f"p50 {percentile(lat64, 0.5) * 1000:.1f} ms  p99 {percentile(lat64, 0.99) * 1000:.1f}"
+            f" ms (goal < 100 ms; a lower bound is {args.crowd} / (b) = "
+            f"{args.crowd / full_m * 1000:.0f} ms, the mean latency if the API parsed as fast "
+            "as the CLI)"
         )
         ps = psutil.Process(proc.pid)
 
