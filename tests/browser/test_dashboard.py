@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import httpx
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -30,6 +31,18 @@ def sign_in(browser: WebDriver, base: str, token: str) -> None:
     field.clear()
     field.send_keys(token)
     browser.find_element(By.CSS_SELECTOR, "#signin button[type=submit]").click()
+
+
+def click(browser: WebDriver, selector: str, tries: int = 5) -> None:
+    """Click the element ``selector`` finds, finding it again if the page re-rendered it in
+    between (the dashboard redraws its lists as events and polls arrive)."""
+    for attempt in range(tries):
+        try:
+            browser.find_element(By.CSS_SELECTOR, selector).click()
+            return
+        except StaleElementReferenceException:
+            if attempt == tries - 1:
+                raise
 
 
 def progress_of(browser: WebDriver, job_id: str) -> str:
@@ -74,7 +87,7 @@ def test_dashboard_follows_cancels_and_reports(embedded: Env, browser: WebDriver
         if os.environ.get("SYNATTN_UPDATE_SCREENSHOTS"):
             DOCS.mkdir(exist_ok=True)
             shutil.copy(shot, DOCS / "dashboard.png")
-        browser.find_element(By.CSS_SELECTOR, f"#job-{job} button.cancel").click()
+        click(browser, f"#job-{job} button.cancel")
         wait_for(browser, f"document.getElementById('job-{job}')?.dataset.state === 'cancelled'",
                  timeout=120)  # fmt: skip
         # an experiment: the report link appears once every job has finished
@@ -84,7 +97,7 @@ def test_dashboard_follows_cancels_and_reports(embedded: Env, browser: WebDriver
         assert r.status_code == 201, r.text
         exp = r.json()["id"]
         wait_for(browser, f"document.querySelector('#exp-{exp} a.report-link')", timeout=300)
-        browser.find_element(By.CSS_SELECTOR, f"#exp-{exp} a.report-link").click()
+        click(browser, f"#exp-{exp} a.report-link")
         wait_for(browser, "!document.getElementById('report').hidden")
         report = browser.find_element(By.ID, "report-table").text
         assert "vanilla" in report and "Only 1 seed" in browser.find_element(
