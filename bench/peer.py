@@ -30,6 +30,7 @@ a CUDA build; ``bench/peer_fairseq.py`` is its side.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -132,12 +133,24 @@ def prepare(data_dir: Path, pairs: int, vocab: int, py: Path) -> dict[str, Any]:
     return {"root": root, "tokenizer": tok_path, "bin": bin_dir}
 
 
-def batches_for(data: dict[str, Any], max_tokens: int, seed: int, n: int) -> list[list[int]]:
-    """The first ``n`` training batches in synattn's order (epochs continue the sequence)."""
-    from synattn_trainer.data import load_corpus, token_batches
+@functools.cache
+def _train_corpus(root: Path, tokenizer: Path) -> Any:
+    from synattn_trainer.data import load_corpus
     from synattn_trainer.tokenizer import load_tokenizer
 
-    c = load_corpus(data["root"] / "train", load_tokenizer(data["tokenizer"]))
+    return load_corpus(root / "train", load_tokenizer(tokenizer))
+
+
+def train_corpus(data: dict[str, Any]) -> Any:
+    """The encoded training split (loaded once per run: batches and padding figures share it)."""
+    return _train_corpus(data["root"], data["tokenizer"])
+
+
+def batches_for(data: dict[str, Any], max_tokens: int, seed: int, n: int) -> list[list[int]]:
+    """The first ``n`` training batches in synattn's order (epochs continue the sequence)."""
+    from synattn_trainer.data import token_batches
+
+    c = train_corpus(data)
     src, tgt = [len(s) for s in c.src], [len(t) - 1 for t in c.tgt]
     out: list[list[int]] = []
     for epoch in count():
@@ -149,10 +162,8 @@ def batches_for(data: dict[str, Any], max_tokens: int, seed: int, n: int) -> lis
 
 def padding_stats(data: dict[str, Any], batches: list[list[int]]) -> dict[str, float]:
     """Mean target tokens per batch, with and without padding (both toolkits pad alike)."""
-    from synattn_trainer.data import load_corpus
-    from synattn_trainer.tokenizer import load_tokenizer
 
-    c = load_corpus(data["root"] / "train", load_tokenizer(data["tokenizer"]))
+    c = train_corpus(data)
     real = [sum(len(c.tgt[i]) - 1 for i in b) for b in batches]
     padded = [len(b) * max(len(c.tgt[i]) - 1 for i in b) for b in batches]
     src_real = [sum(len(c.src[i]) for i in b) for b in batches]
