@@ -2,20 +2,22 @@
 
 On the first N Multi30k training sentences, in one run:
   (a) raw spaCy ``nlp.pipe`` sentences/s (the same model and components the backend loads);
-  (b) the full pipeline (``synattn parse``: parse, every stored feature, shards), one process,
-      and its ratio to (a) (goal >= 0.85); two processes for information;
-  (c) the API with 16 concurrent clients sending one sentence per request: sentences/s, p50 and
-      p99 latency, and the ratio to (b) (goal >= 0.85, thanks to micro-batching); then 64
-      clients, p99 latency (goal < 100 ms); and with two model processes against the CLI's two
-      processes, for information;
-  (d) memory: M sentences through the running API (32 per request); resident memory of the API
-      process and its model worker
-      after warm-up and at the end (goal: growth < 10%);
+  (b) the full pipeline (``synattn parse``: parse, every stored feature, shards), one process
+      (the CLI's default), and its ratio to (a) (goal >= 0.85); with as many processes as the
+      server's default model processes, model loads excluded (for the like-for-like ratio);
+  (c) the API under 16 concurrent clients sending one sentence per request: sentences/s, p50
+      and p99 latency, and the ratio to (b) (goal >= 0.85, thanks to micro-batching); then 64
+      clients, p99 latency (goal < 100 ms). Run for the server's default (one model process per
+      usable core, at most 4) and, where that is more than one, for one model process, so
+      every ratio is also stated at equal numbers of model processes;
+  (d) memory: M sentences through the running default server (32 per request); resident memory
+      of the API process and its model workers after warm-up and at the end (goal: growth
+      < 10%);
   (e) the largest response the default limits allow (PARSER_MAX_RESPONSE_CELLS numbers, one
       feature over 250-word sentences), dense and compact: its size, its time and the HTTP
       process's peak RSS (VmHWM), and that one cell more is refused with 413 before any work.
 The server runs as ``synattn serve-parser`` (the command users run, with its time limits).
-(a) and (b) are repeated; medians are printed.
+Every rate is the median of --repeats runs (latency percentiles pool the runs' requests).
 
     python bench/parse.py [--n 5000] [--memory-n 20000] [--repeats 3] [--data-dir ../shared/data]
 """
@@ -63,6 +65,25 @@ def full_pipeline(src: Path, n: int, workers: int) -> float:
         return n / (time.perf_counter() - t)
     finally:
         shutil.rmtree(out)
+
+
+def full_pipeline_marginal(lines: list[str], n: int, workers: int) -> float:
+    """The CLI's rate with ``workers`` processes once their models are loaded: ``n`` sentences
+    over the extra time ``2n`` take over ``n`` (each run loads the models once; shards are
+    sized so every process gets the same number)."""
+    work = Path(tempfile.mkdtemp(prefix="bench-parse-"))
+    try:
+        src = work / "src.en"
+        src.write_text("\n".join(lines[: 2 * n]) + "\n", encoding="utf-8")
+        took = []
+        for size in (n, 2 * n):
+            t = time.perf_counter()
+            parse_corpus(src, work / f"ds{size}", workers=workers, limit=size,
+                         rows_per_shard=max(1, n // (2 * workers)))  # fmt: skip
+            took.append(time.perf_counter() - t)
+        return n / (took[1] - took[0])
+    finally:
+        shutil.rmtree(work)
 
 
 def free_port() -> int:
@@ -163,7 +184,7 @@ def main() -> None:
     args = ap.parse_args()
 
     lines = list(
-        multi30k_lines("train", "en", data_dir=args.data_dir, limit=max(args.n, args.memory_n))
+        multi30k_lines("train", "en", data_dir=args.data_dir, limit=max(2 * args.n, args.memory_n))
     )
     work = Path(tempfile.mkdtemp(prefix="bench-src-"))
     src = work / "train.en"
@@ -173,35 +194,70 @@ def main() -> None:
     raw = [raw_spacy(lines[: args.n]) for _ in range(args.repeats)]
     get_parser("spacy", ParserSettings())  # model load excluded from (b), as from (a)
     full = [full_pipeline(src, args.n, 1) for _ in range(args.repeats)]
-    full2 = full_pipeline(src, args.n, 2)
     raw_m, full_m = statistics.median(raw), statistics.median(full)
     print(f"(a) raw spaCy nlp.pipe        {raw_m:8.1f} sent/s  (runs {[round(x) for x in raw]})")
     print(
         f"(b) full pipeline, 1 process  {full_m:8.1f} sent/s  ratio to (a) {full_m / raw_m:.2f}"
         f"  (goal >= 0.85; runs {[round(x) for x in full]})"
     )
-    print(f"    full pipeline, 2 processes {full2:7.1f} sent/s  (for information)")
 
+    workers = ParserSettings().model_workers  # the server's default (usable cores, <= 4)
+    full_n = full_m
+    if workers > 1:
+        full_n = statistics.median(
+            full_pipeline_marginal(lines[: 2 * args.n], args.n, workers)
+            for _ in range(args.repeats)
+        )
+        print(
+            f"    full pipeline, {workers} processes {full_n:7.1f} sent/s  (model loads excluded: "
+            f"{args.n} / (time for {2 * args.n} - time for {args.n}))"
+        )
+
+    def under_load(url: str, label: str, baselines: list[tuple[str, float]]) -> None:
+        asyncio.run(clients(url, lines[:300], args.concurrency, 1))  # warm-up
+        runs = [asyncio.run(clients(url, lines[: args.n], args.concurrency, 1))
+                for _ in range(args.repeats)]  # fmt: skip
+        rate = statistics.median(r for r, _ in runs)
+        lat = [x for _, lats in runs for x in lats]
+        ratios = ", ".join(f"{rate / cli:.2f}x {name}" for name, cli in baselines)
+        print(
+            f"(c) API, {label}, {args.concurrency} clients x 1 sentence/request {rate:8.1f} "
+            f"sent/s = {ratios}  p50 {percentile(lat, 0.5) * 1000:.1f} ms  p99 "
+            f"{percentile(lat, 0.99) * 1000:.1f} ms  (runs {[round(r) for r, _ in runs]})"
+        )
+        crowd = [asyncio.run(clients(url, lines[: args.n], args.crowd, 1))
+                 for _ in range(args.repeats)]  # fmt: skip
+        rate64 = statistics.median(r for r, _ in crowd)
+        lat64 = [x for _, lats in crowd for x in lats]
+        print(
+            f"    API, {label}, {args.crowd} clients x 1 sentence/request {rate64:8.1f} sent/s  "
+            f"p50 {percentile(lat64, 0.5) * 1000:.1f} ms  p99 {percentile(lat64, 0.99) * 1000:.1f}"
+            f" ms (goal < 100 ms; the mean latency is {args.crowd} / throughput: "
+            f"{args.crowd / rate64 * 1000:.0f} ms here, {args.crowd / full_m * 1000:.0f} ms at "
+            "(b)'s)"
+        )
+
+    plural = "es" if workers > 1 else ""
+    print(
+        f"    {workers} usable cores here: the server's default is {workers} model "
+        f"process{plural}, the CLI's 1 process (goal: 16 clients >= 0.85x (b))"
+    )
+    if workers > 1:  # like for like: one model process against the one-process CLI
+        proc, url = start_server(PARSER_MODEL_WORKERS="1")
+        try:
+            under_load(url, "1 model process", [("(b)", full_m)])
+        finally:
+            proc.terminate()
+            proc.wait(15)
     proc, url = start_server()
     try:
-        asyncio.run(clients(url, lines[:300], args.concurrency, 1))  # warm-up
-        rate, lat = asyncio.run(clients(url, lines[: args.n], args.concurrency, 1))
-        print(
-            f"(c) API, {args.concurrency} clients x 1 sentence/request {rate:8.1f} sent/s  "
-            f"ratio to (b) {rate / full_m:.2f} (goal >= 0.85)  "
-            f"p50 {percentile(lat, 0.5) * 1000:.1f} ms  p99 {percentile(lat, 0.99) * 1000:.1f} ms"
-        )
-        rate64, lat64 = asyncio.run(clients(url, lines[: args.n], args.crowd, 1))
-        print(
-            f"    API, {args.crowd} clients x 1 sentence/request {rate64:8.1f} sent/s  "
-            f"p50 {percentile(lat64, 0.5) * 1000:.1f} ms  p99 {percentile(lat64, 0.99) * 1000:.1f}"
-            f" ms (goal < 100 ms; a lower bound is {args.crowd} / (b) = "
-            f"{args.crowd / full_m * 1000:.0f} ms, the mean latency if the API parsed as fast "
-            "as the CLI)"
-        )
+        baselines = [("(b), the CLI's default", full_m)]
+        if workers > 1:
+            baselines.append((f"the {workers}-process CLI", full_n))
+        under_load(url, f"default, {workers} model process{plural}", baselines)
         ps = psutil.Process(proc.pid)
 
-        def rss() -> int:  # the API process and its model worker
+        def rss() -> int:  # the API process and its model workers
             return sum(p.memory_info().rss for p in [ps, *ps.children(recursive=True)])
 
         mem_lines = lines[: args.memory_n]
@@ -222,18 +278,6 @@ def main() -> None:
                 f"{fmt}): {size / 2**20:.1f} MiB in {took:.2f} s; HTTP process peak RSS "
                 f"{hwm0 / 2**20:.0f} -> {hwm1 / 2**20:.0f} MiB; one sentence more: 413"
             )
-    finally:
-        proc.terminate()
-        proc.wait(15)
-    proc, url = start_server(PARSER_MODEL_WORKERS="2")
-    try:
-        asyncio.run(clients(url, lines[:300], args.concurrency, 1))  # warm-up
-        rate2, lat2 = asyncio.run(clients(url, lines[: args.n], args.concurrency, 1))
-        print(
-            f"    API, 2 model processes     {rate2:8.1f} sent/s  ratio to CLI --workers 2 "
-            f"{rate2 / full2:.2f}  p50 {percentile(lat2, 0.5) * 1000:.1f} ms  "
-            f"p99 {percentile(lat2, 0.99) * 1000:.1f} ms  (for information)"
-        )
     finally:
         proc.terminate()
         proc.wait(15)

@@ -22,6 +22,7 @@ from synattn_parser.routes import health, parse
 from synattn_parser.settings import ParserSettings
 from synattn_shared import __version__
 from synattn_shared.asgi import BodyLimit
+from synattn_shared.heap import freeze_heap
 from synattn_shared.webapi import install_error_handlers, problems
 from synattn_shared.webui import install_page
 
@@ -35,6 +36,7 @@ def create_app(settings: ParserSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        freeze_heap()  # start-up's objects: out of every later full collection
         if cfg.preload:
             state["loading"] = asyncio.create_task(pool._preload_quietly())
         yield

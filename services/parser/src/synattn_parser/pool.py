@@ -28,6 +28,7 @@ from synattn_parser.metrics import ParserMetrics
 from synattn_parser.settings import ParserSettings, Scheme
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.features import FeatureOptions
+from synattn_shared.heap import freeze_heap
 from synattn_shared.manifest import ParserInfo
 
 log = logging.getLogger(__name__)
@@ -56,8 +57,14 @@ def _settings(settings_json: str) -> ParserSettings:
 
 
 def _load_in_model_process(name: str, settings_json: str) -> ParserInfo:
-    """Load backend ``name`` in the model process (cached there) and return its description."""
-    return get_parser(name, _settings(settings_json)).info
+    """Load backend ``name`` in the model process (cached there) and return its description.
+
+    The loaded model is then frozen out of the garbage collector's full collections (which
+    otherwise walk the whole model about once a second under load, a 100 ms pause each).
+    """
+    info = get_parser(name, _settings(settings_json)).info
+    freeze_heap()
+    return info
 
 
 Item = tuple[str, Any, Scheme | None]  # (sent_id, text or words, derived scheme or default)
