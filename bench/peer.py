@@ -13,17 +13,19 @@ toolkits alternate (which goes first alternates too), and medians are printed.
    schedule) at 1 and at 2 threads. synattn runs ``Trainer.step``; fairseq runs
    ``fairseq.trainer.Trainer.train_step``, what ``fairseq-train`` runs per update.
 2. Quality at equal budget: both train ``--train-updates`` updates on the same batch sequence
-   (seed 1 for each toolkit's own initialisation), then beam 5 (length penalty 1.0, max length
-   1.0 x source + 50) decodes the validation set, in batches of ``--decode-batch`` sentences as
-   each toolkit's translate command makes them (fairseq-generate sorts by length; so does
-   synattn). Decoding sentences/s at 1 and 2 threads, and BLEU (sacreBLEU, detokenised by the
-   same tokenizer).
+   (per seed in ``--seeds``, default 1: each toolkit's own initialisation and the batch order;
+   BLEU per seed and, for several, mean and standard deviation), then beam 5 (length penalty
+   1.0, max length 1.0 x source + 50) decodes the validation set, in batches of
+   ``--decode-batch`` sentences as each toolkit's translate command makes them
+   (fairseq-generate sorts by length; so does synattn). Decoding sentences/s at 1 and 2
+   threads (the first seed's models), and BLEU (sacreBLEU, detokenised by the same tokenizer).
 
 fairseq (``fairseq-fixed``, 0.12.3.1, a maintained build of fairseq 0.12) is installed into
 ``.cache/peer/venv`` with this environment's torch version pinned, so a CPU machine never pulls
 a CUDA build; ``bench/peer_fairseq.py`` is its side.
 
     python bench/peer.py [--pairs 6000] [--vocab 4000] [--repeats 3] [--train-updates 1200]
+                         [--seeds 1 2 3]
                          [--threads 1 2] [--device cpu] [--data-dir ../shared/data]
 """
 
@@ -285,6 +287,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5, help="untimed updates per measurement")
     ap.add_argument("--timed", type=int, default=25, help="timed updates per measurement")
     ap.add_argument("--train-updates", type=int, default=1200)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1],
+                    help="equal-budget part: train both toolkits once per seed")  # fmt: skip
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--decode-batch", type=int, default=64)
     ap.add_argument("--device", default="cpu")
@@ -375,52 +379,74 @@ def equal_budget(
     from synattn_trainer.evaluate import corpus_bleu
     from synattn_trainer.tokenizer import decode, load_tokenizer
 
-    train_batches = batches_for(data, args.max_tokens, base["seed"], args.train_updates)
     threads = max(args.threads)
-    trained: dict[str, dict[str, Any]] = {}
-    for tool in ("synattn", "fairseq"):
-        work = CACHE / "work" / f"u{args.train_updates}-{tool}"
-        job = {**base, "threads": threads, "batches": train_batches, "work": str(work),
-               "model_file": str(work / "model.pt")}  # fmt: skip
-        if (work / "trained.json").is_file():
-            trained[tool] = json.loads((work / "trained.json").read_text())
-        else:
-            trained[tool] = {**run_job(tool, "train", job, py), "job": job}
-            (work / "trained.json").write_text(json.dumps(trained[tool]))
-        t = trained[tool]
-        print(f"  {tool:8} trained {args.train_updates} updates in {t['train_seconds']:.0f} s "
-              f"({t['train_tokens'] / t['train_seconds']:.0f} target tokens/s, {threads} "
-              f"threads)", flush=True)  # fmt: skip
+    trained: dict[tuple[str, int], dict[str, Any]] = {}
+    for seed in args.seeds:  # each seed: both toolkits' initialisation and the batch order
+        train_batches = batches_for(data, args.max_tokens, seed, args.train_updates)
+        for tool in ("synattn", "fairseq"):
+            work = CACHE / "work" / f"u{args.train_updates}-s{seed}-{tool}"
+            job = {**base, "seed": seed, "threads": threads, "batches": train_batches,
+                   "work": str(work), "model_file": str(work / "model.pt")}  # fmt: skip
+            if (work / "trained.json").is_file():
+                trained[tool, seed] = json.loads((work / "trained.json").read_text())
+            else:
+                trained[tool, seed] = {**run_job(tool, "train", job, py), "job": job}
+                (work / "trained.json").write_text(json.dumps(trained[tool, seed]))
+            t = trained[tool, seed]
+            print(f"  seed {seed} {tool:8} trained {args.train_updates} updates in "
+                  f"{t['train_seconds']:.0f} s ({t['train_tokens'] / t['train_seconds']:.0f} "
+                  f"target tokens/s, {threads} threads)", flush=True)  # fmt: skip
     tok = load_tokenizer(data["tokenizer"])
     from synattn_trainer.data import load_corpus
 
     refs = load_corpus(data["root"] / "valid", tok).refs
+
+    def text_of(tool: str, res: dict[str, Any]) -> list[str]:
+        return res["text"] if tool == "synattn" else decode(tok, res["hypotheses"])
+
+    first = args.seeds[0]  # decoding speed: the first seed's models
     dec: dict[tuple[str, int], list[float]] = {}
-    texts: dict[str, list[str]] = {}
+    texts: dict[tuple[str, int], list[str]] = {}
     for r in range(args.repeats):
         for threads in args.threads:
             order = ["synattn", "fairseq"] if r % 2 == 0 else ["fairseq", "synattn"]
             for tool in order:
-                job = {**trained[tool]["job"], "threads": threads}
+                job = {**trained[tool, first]["job"], "threads": threads}
                 res = run_job(tool, "decode", job, py)
                 rate = res["sentences"] / res["decode_seconds"]
                 dec.setdefault((tool, threads), []).append(rate)
-                texts[tool] = res["text"] if tool == "synattn" else decode(tok, res["hypotheses"])
+                texts[tool, first] = text_of(tool, res)
                 print(f"  repeat {r + 1} {tool:8} {threads} thread(s): {rate:6.1f} sentences/s",
                       flush=True)  # fmt: skip
-    bleu = {tool: corpus_bleu(texts[tool], refs) for tool in texts}
+    for seed in args.seeds[1:]:
+        for tool in ("synattn", "fairseq"):
+            res = run_job(tool, "decode", {**trained[tool, seed]["job"], "threads": threads}, py)
+            texts[tool, seed] = text_of(tool, res)
     print(f"beam-5 decoding of {len(refs)} validation sentences (median of repeats):")
     for threads in args.threads:
         s = statistics.median(dec[("synattn", threads)])
         f = statistics.median(dec[("fairseq", threads)])
         print(f"  {threads} thread(s): synattn {s:6.1f}  fairseq {f:6.1f} sentences/s  "
               f"ratio {s / f:.2f} (goal >= 1.5)")  # fmt: skip
-    d = bleu["synattn"].score - bleu["fairseq"].score
-    print(
-        f"BLEU after {args.train_updates} updates: synattn {bleu['synattn'].score:.2f}  "
-        f"fairseq {bleu['fairseq'].score:.2f}  difference {d:+.2f} (goal: within 0.5)"
-    )
-    print(f"signature: {bleu['synattn'].signature}")
+    bleu = {key: corpus_bleu(text, refs) for key, text in texts.items()}
+    scores: dict[str, list[float]] = {"synattn": [], "fairseq": []}
+    for seed in args.seeds:
+        for tool in scores:
+            scores[tool].append(bleu[tool, seed].score)
+        d = bleu["synattn", seed].score - bleu["fairseq", seed].score
+        print(f"BLEU after {args.train_updates} updates, seed {seed}: synattn "
+              f"{bleu['synattn', seed].score:.2f}  fairseq {bleu['fairseq', seed].score:.2f}  "
+              f"difference {d:+.2f}")  # fmt: skip
+    if len(args.seeds) > 1:
+        mean = {tool: statistics.mean(xs) for tool, xs in scores.items()}
+        sd = {tool: statistics.stdev(xs) for tool, xs in scores.items()}
+        print(f"BLEU over seeds {args.seeds}: synattn {mean['synattn']:.2f} (sd "
+              f"{sd['synattn']:.2f})  fairseq {mean['fairseq']:.2f} (sd {sd['fairseq']:.2f})  "
+              f"difference of means {mean['synattn'] - mean['fairseq']:+.2f} "
+              "(goal: within 0.5)")  # fmt: skip
+    else:
+        print("(goal: BLEU within 0.5; --seeds 1 2 3 compares means over seeds)")
+    print(f"signature: {bleu['synattn', first].signature}")
 
 
 if __name__ == "__main__":

@@ -318,3 +318,13 @@ def test_batched_beam_search_with_a_cross_attention_variant(m30k: dict[str, Path
     got = beam_search(model, b.src, None, 4, 1.0, "average", 1.0, 6)
     assert got == reference_beam_search(model, b.src, 4, 1.0, "average", 6)
     assert len({len(h) for h in got}) > 1
+
+
+@pytest.mark.parametrize("form", ["average", "gnmt"])
+def test_length_penalty_of_a_tensor_is_the_penalty_of_each_length(form: str) -> None:
+    lengths = torch.tensor([1, 2, 7, 30])
+    expected = [length_penalty(int(n), 0.6, form) for n in lengths]
+    got = length_penalty(lengths, 0.6, form)
+    assert got.dtype == torch.float64 and got.tolist() == pytest.approx(expected, rel=1e-12)
+    assert length_penalty(4, 1.0, "average") == 4.0
+    assert length_penalty(1, 1.0, "gnmt") == 1.0  # (5 + 1) / 6

@@ -6,7 +6,7 @@ and values of the prefix (``Transformer.decode_step``); a test checks it against
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 import torch.nn.functional as F
@@ -69,16 +69,14 @@ def _strip(ids: list[int]) -> list[int]:
     return out
 
 
-def length_penalty(length: int, alpha: float, form: str) -> float:
-    """Score divisor: ``length ** alpha`` (average) or GNMT's ``((5 + length) / 6) ** alpha``."""
-    if form == "gnmt":
-        return float(((5 + length) / 6) ** alpha)
-    return float(length**alpha)
-
-
-def _length_norm(lengths: Tensor, alpha: float, form: str) -> Tensor:
-    """``length_penalty`` of each length (float tensor)."""
-    x = lengths.double()
+@overload
+def length_penalty(length: int, alpha: float, form: str) -> float: ...
+@overload
+def length_penalty(length: Tensor, alpha: float, form: str) -> Tensor: ...
+def length_penalty(length: int | Tensor, alpha: float, form: str) -> float | Tensor:
+    """Score divisor: ``length ** alpha`` (average) or GNMT's ``((5 + length) / 6) ** alpha``;
+    of one length, or of each in a tensor (float64)."""
+    x = length.double() if isinstance(length, Tensor) else float(length)
     return ((5 + x) / 6) ** alpha if form == "gnmt" else x**alpha
 
 
@@ -156,7 +154,7 @@ def beam_search(
             eos = tok.eq(EOS_ID)
             hyp[:, step] = tok.masked_fill(eos, PAD_ID)
             length = step + 1 + (~eos).long()  # hypothesis + </s>
-            norm = top_s[sent, col].double() / _length_norm(length, lenpen, lenpen_form)
+            norm = top_s[sent, col].double() / length_penalty(length, lenpen, lenpen_form)
             slot = done_before[sent, 0] + (finish.cumsum(1)[sent, col] - 1)
             fin_score[alive[sent], slot] = norm
             fin_tokens[alive[sent], slot] = hyp
