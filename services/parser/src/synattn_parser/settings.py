@@ -62,8 +62,8 @@ class ParserSettings(BaseSettings, ServeTimeouts):
         le=64,
         description="model processes (>1 implies processes). Default: one per usable CPU core "
         "(affinity and cgroup quota), at most 4; 1 when PARSER_MODEL_PROCESS=false. On 2 cores "
-        "the second process serves 16 one-sentence clients ~8% faster and cuts the 64-client "
-        "p99 by ~10 ms (bench/parse.py, results/parse-cpu); each process holds its own copy "
+        "the second process served 16 one-sentence clients 6-22% faster and cut the 64-client "
+        "p99 by 6-10 ms (bench/parse.py, results/parse-cpu); each process holds its own copy "
         "of the model",
     )
     batches_in_flight: int = Field(
