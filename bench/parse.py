@@ -219,22 +219,23 @@ def main() -> None:
             f"{args.n} / (time for {2 * args.n} - time for {args.n}))"
         )
 
+    def measure(url: str, concurrency: int) -> tuple[float, list[float], list[float]]:
+        """Median sentences/s over the repeats, their pooled latencies, and each run's rate."""
+        runs = [asyncio.run(clients(url, lines[: args.n], concurrency, 1))
+                for _ in range(args.repeats)]  # fmt: skip
+        rates = [r for r, _ in runs]
+        return statistics.median(rates), [x for _, lats in runs for x in lats], rates
+
     def under_load(url: str, label: str, baselines: list[tuple[str, float]]) -> None:
         asyncio.run(clients(url, lines[:300], args.concurrency, 1))  # warm-up
-        runs = [asyncio.run(clients(url, lines[: args.n], args.concurrency, 1))
-                for _ in range(args.repeats)]  # fmt: skip
-        rate = statistics.median(r for r, _ in runs)
-        lat = [x for _, lats in runs for x in lats]
+        rate, lat, rates = measure(url, args.concurrency)
         ratios = ", ".join(f"{rate / cli:.2f}x {name}" for name, cli in baselines)
         print(
             f"(c) API, {label}, {args.concurrency} clients x 1 sentence/request {rate:8.1f} "
             f"sent/s = {ratios}  p50 {percentile(lat, 0.5) * 1000:.1f} ms  p99 "
-            f"{percentile(lat, 0.99) * 1000:.1f} ms  (runs {[round(r) for r, _ in runs]})"
+            f"{percentile(lat, 0.99) * 1000:.1f} ms  (runs {[round(r) for r in rates]})"
         )
-        crowd = [asyncio.run(clients(url, lines[: args.n], args.crowd, 1))
-                 for _ in range(args.repeats)]  # fmt: skip
-        rate64 = statistics.median(r for r, _ in crowd)
-        lat64 = [x for _, lats in crowd for x in lats]
+        rate64, lat64, _ = measure(url, args.crowd)
         print(
             f"    API, {label}, {args.crowd} clients x 1 sentence/request {rate64:8.1f} sent/s  "
             f"p50 {percentile(lat64, 0.5) * 1000:.1f} ms  p99 {percentile(lat64, 0.99) * 1000:.1f}"

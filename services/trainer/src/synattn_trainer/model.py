@@ -105,14 +105,26 @@ class MultiHeadAttention(nn.Module):
         step) stacks once: ``Transformer.start_decoding`` empties the copies at its start, as
         the weights may have changed since (fused Adam does not bump version counters, so
         they cannot tell)."""
-        params = [p for lin in layers for p in (lin.weight, lin.bias)]
-        if not torch.is_inference_mode_enabled():
-            return torch.cat(params[0::2]), torch.cat(params[1::2])
-        hit = self._stacked.get(name)
+        decoding = torch.is_inference_mode_enabled()
+        hit = self._stacked.get(name) if decoding else None
         if hit is None:
-            hit = (torch.cat(params[0::2]), torch.cat(params[1::2]))
-            self._stacked[name] = hit
+            hit = (
+                torch.cat([lin.weight for lin in layers]),
+                torch.cat([lin.bias for lin in layers]),
+            )
+            if decoding:
+                self._stacked[name] = hit
         return hit
+
+    def _padding_mask(
+        self, ctx: AttnContext, tq: int, tk: int, device: torch.device
+    ) -> Tensor | None:
+        """The padding (and causal) mask for ``tq`` queries over ``tk`` keys, built once per
+        forward and shape and shared by the layers (``ctx.masks``)."""
+        key = (ctx.kind, self.causal, tq, tk)
+        if key not in ctx.masks:
+            ctx.masks[key] = combine_masks(ctx.key_padding, self.causal, None, tq, tk, device)
+        return ctx.masks[key]
 
     def _beams_to_source(
         self, x: Tensor, memory: Tensor, ctx: AttnContext, cache: dict[str, Tensor] | None
@@ -130,10 +142,7 @@ class MultiHeadAttention(nn.Module):
                 cache["k"], cache["v"] = k, v
         n, beam, s = k.shape[0], ctx.beam, k.shape[2]
         q = self.q_proj(x).view(n, beam, self.h, self.d_head).transpose(1, 2)  # [n, H, beam, dh]
-        key = (ctx.kind, False, beam, s)
-        if key not in ctx.masks:
-            ctx.masks[key] = combine_masks(ctx.key_padding, False, None, beam, s, x.device)
-        heads = self._probs(q, k, ctx.masks[key]) @ v  # [n, H, beam, dh]
+        heads = self._probs(q, k, self._padding_mask(ctx, beam, s, x.device)) @ v  # [n,H,beam,dh]
         assert self.out_proj is not None
         out: Tensor = self.out_proj(heads.transpose(1, 2).reshape(n * beam, 1, -1))
         return out
@@ -170,10 +179,7 @@ class MultiHeadAttention(nn.Module):
         ctx.dropout = p_drop
         bias = self.hooks.logit_bias(q, k, ctx)
         tq, tk = q.shape[2], k.shape[2]
-        key = (ctx.kind, self.causal, tq, tk)  # one padding/causal mask per shape and forward
-        if key not in ctx.masks:
-            ctx.masks[key] = combine_masks(ctx.key_padding, self.causal, None, tq, tk, x.device)
-        mask = ctx.masks[key]
+        mask = self._padding_mask(ctx, tq, tk, x.device)
         if bias is not None:
             mask = bias if mask is None else mask + bias
         # analysis never changes the path: the same computation runs, and reports what it did
