@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -70,8 +71,12 @@ def api_server(
 
 def model_processes(server: subprocess.Popen[bytes]) -> list[psutil.Process]:
     """The server's model worker processes (spawned pool workers)."""
-    children = psutil.Process(server.pid).children(recursive=True)
-    return [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+    found = []
+    for child in psutil.Process(server.pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):  # a zombie (exited) is none of them
+            if "spawn_main" in " ".join(child.cmdline()):
+                found.append(child)
+    return found
 
 
 def all_exited(procs: list[psutil.Process], timeout: float = 15) -> bool:

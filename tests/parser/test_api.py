@@ -15,7 +15,7 @@ import pytest
 
 from synattn_parser.settings import ParserSettings
 from tests.conftest import RUNNING_WORDS
-from tests.parser.conftest import all_exited, api_server, model_processes
+from tests.parser.conftest import all_exited, api_server, model_processes, wait_ready
 
 
 def parse(client: httpx.Client, **body: object) -> httpx.Response:
@@ -255,6 +255,33 @@ def test_the_model_process_exits_when_the_server_is_killed() -> None:
             for c in children:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     c.kill()
+
+
+def test_a_killed_model_process_is_a_503_and_the_workers_are_replaced() -> None:
+    """SIGKILL of one model process under load: its requests get 503 (never 500, never a hang),
+    both processes are replaced once, and parsing goes on."""
+    with api_server({"PARSER_MODEL_WORKERS": "2"}) as (proc, url):
+        old = model_processes(proc)
+        assert len(old) == 2
+
+        def post(k: int) -> httpx.Response:
+            body = {"sentences": [f"The cat {k} sat on the mat ."] * 8}
+            return httpx.post(f"{url}/v1/parse", json=body, timeout=30)
+
+        with ThreadPoolExecutor(8) as clients:
+            during = [clients.submit(post, k) for k in range(400)]
+            while sum(f.done() for f in during) < 20:
+                pass
+            old[0].kill()
+            statuses = [f.result().status_code for f in during]
+        failed = [f.result() for f in during if f.result().status_code != 200]
+        assert set(statuses) <= {200, 503} and 503 in statuses
+        assert all("worker died" in r.json()["detail"] for r in failed)
+        assert all_exited(old, timeout=10)  # the survivor was shut down with the dead one
+        wait_ready(url, proc)
+        new = model_processes(proc)
+        assert len(new) == 2 and not {p.pid for p in new} & {p.pid for p in old}
+        assert post(1).status_code == 200
 
 
 def test_render_tree_scheme_and_svg(client: httpx.Client) -> None:

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from synattn_parser.batcher import MicroBatcher
+from synattn_parser.batcher import MicroBatcher, in_executor
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -25,7 +25,7 @@ def test_concurrent_requests_share_one_call_and_keep_their_order() -> None:
         return [x * 10 for x in items]
 
     async def main() -> list[list[int]]:
-        b = MicroBatcher(fn, ThreadPoolExecutor(1), max_size=100, max_wait=0.05)
+        b = MicroBatcher(in_executor(fn, ThreadPoolExecutor(1)), max_size=100, max_wait=0.05)
         out = await asyncio.gather(*(b.submit([k, k + 100]) for k in range(20)))
         await b.stop()
         return out
@@ -43,7 +43,10 @@ def test_batch_size_is_bounded_and_requests_are_never_split() -> None:
 
     async def main() -> list[list[str]]:
         b = MicroBatcher(
-            fn, ThreadPoolExecutor(1), max_size=5, max_wait=0.05, on_batch=sizes.append
+            in_executor(fn, ThreadPoolExecutor(1)),
+            max_size=5,
+            max_wait=0.05,
+            on_batch=sizes.append,
         )
         reqs = [[f"{k}.{j}" for j in range(3)] for k in range(6)] + [[f"big{j}" for j in range(9)]]
         out = await asyncio.gather(*(b.submit(r) for r in reqs))
@@ -60,7 +63,7 @@ def test_a_failing_batch_reaches_every_waiting_request() -> None:
         raise RuntimeError("model crashed")
 
     async def main() -> list[object]:
-        b = MicroBatcher(fn, ThreadPoolExecutor(1), max_size=10, max_wait=0.02)
+        b = MicroBatcher(in_executor(fn, ThreadPoolExecutor(1)), max_size=10, max_wait=0.02)
         out = await asyncio.gather(*(b.submit([k]) for k in range(3)), return_exceptions=True)
         await b.stop()
         return out
@@ -76,7 +79,7 @@ def test_model_calls_run_off_the_event_loop_in_one_thread() -> None:
         return items
 
     async def main() -> int:
-        b = MicroBatcher(fn, ThreadPoolExecutor(1), max_size=2, max_wait=0)
+        b = MicroBatcher(in_executor(fn, ThreadPoolExecutor(1)), max_size=2, max_wait=0)
         await asyncio.gather(*(b.submit([k]) for k in range(10)))
         await b.stop()
         return threading.get_ident()
@@ -88,7 +91,9 @@ def test_model_calls_run_off_the_event_loop_in_one_thread() -> None:
 @pytest.mark.parametrize("wait", [0.0, 0.01])
 def test_a_lone_request_is_not_held_back_longer_than_max_wait(wait: float) -> None:
     async def main() -> float:
-        b = MicroBatcher(lambda xs: xs, ThreadPoolExecutor(1), max_size=64, max_wait=wait)
+        b = MicroBatcher(
+            in_executor(lambda xs: xs, ThreadPoolExecutor(1)), max_size=64, max_wait=wait
+        )
         t = time.perf_counter()
         await b.submit([1])
         dt = time.perf_counter() - t
@@ -114,7 +119,9 @@ def test_concurrency_keeps_several_batches_in_flight() -> None:
         return items
 
     async def main() -> list[list[int]]:
-        b = MicroBatcher(fn, ThreadPoolExecutor(2), max_size=2, max_wait=0, concurrency=2)
+        b = MicroBatcher(
+            in_executor(fn, ThreadPoolExecutor(2)), max_size=2, max_wait=0, concurrency=2
+        )
         out = await asyncio.gather(*(b.submit([k]) for k in range(8)))
         await b.stop()
         return out
@@ -138,7 +145,7 @@ def test_closed_loop_clients_split_into_one_group_per_batch_in_flight() -> None:
 
     async def main() -> None:
         b = MicroBatcher(
-            fn, ThreadPoolExecutor(1), max_wait=0.002, on_batch=sizes.append,
+            in_executor(fn, ThreadPoolExecutor(1)), max_wait=0.002, on_batch=sizes.append,
             concurrency=2, workers=1,
         )  # fmt: skip
         await asyncio.gather(*(client(b, k) for k in range(16)))
@@ -161,7 +168,7 @@ def test_a_batch_waiting_for_a_busy_worker_keeps_growing() -> None:
 
     async def main() -> None:
         b = MicroBatcher(
-            fn, ThreadPoolExecutor(1), max_wait=0.005, on_batch=sizes.append,
+            in_executor(fn, ThreadPoolExecutor(1)), max_wait=0.005, on_batch=sizes.append,
             concurrency=2, workers=1,
         )  # fmt: skip
         first = asyncio.ensure_future(b.submit(list(range(10))))
@@ -180,10 +187,32 @@ def test_a_batch_waiting_for_a_busy_worker_keeps_growing() -> None:
 
 def test_share_is_the_outstanding_work_over_the_batches_in_flight() -> None:
     b: MicroBatcher[int, int] = MicroBatcher(
-        lambda xs: xs, ThreadPoolExecutor(1), max_size=6, concurrency=2, workers=1
+        in_executor(lambda xs: xs, ThreadPoolExecutor(1)), max_size=6, concurrency=2, workers=1
     )
     assert b.share() == 1  # nothing outstanding: send the first sentence at once
     b._outstanding = 9
     assert b.share() == 5
     b._outstanding = 40
     assert b.share() == 6  # bounded by max_size
+
+
+def test_stop_fails_every_unanswered_request_with_the_reason() -> None:
+    """In flight, being collected behind a busy worker, or queued: on stop each request gets the
+    reason (a request left waiting would hang its client)."""
+
+    def fn(items: list[int]) -> list[int]:
+        time.sleep(0.3)
+        return items
+
+    async def main() -> list[object]:
+        b = MicroBatcher(
+            in_executor(fn, ThreadPoolExecutor(1)), max_size=2, max_wait=0.001,
+            concurrency=2, workers=1,
+        )  # fmt: skip
+        waiting = [asyncio.ensure_future(b.submit([k])) for k in range(9)]
+        await asyncio.sleep(0.1)  # one batch parses, one waits for the worker, the rest queue
+        await b.stop(RuntimeError("workers replaced"))
+        return await asyncio.gather(*waiting, return_exceptions=True)
+
+    out = run(main())
+    assert all(isinstance(e, RuntimeError) and str(e) == "workers replaced" for e in out)

@@ -1,23 +1,18 @@
-"""The model worker beside the HTTP process: loaded backends and their micro-batchers.
+"""The model workers beside the HTTP process: loaded backends and their micro-batchers.
 
-A child process (by default) holds one instance of each loaded model (stanza is not thread-safe;
-spaCy gains nothing from threads) and parses micro-batches of concurrent requests; it exits
-with the server, even when the server is killed.
+Child processes (by default) each hold one instance of each loaded model (stanza is not
+thread-safe; spaCy gains nothing from threads) and parse micro-batches of concurrent requests;
+they exit with the server, even when the server is killed (:mod:`synattn_parser.runners`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import threading
-import time
 from collections import defaultdict
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from concurrent.futures.thread import BrokenThreadPool
 from functools import lru_cache, partial
-from multiprocessing import get_context
 from typing import Any
 
 from synattn_parser.backends import BackendUnavailable
@@ -25,6 +20,7 @@ from synattn_parser.batch import get_parser
 from synattn_parser.batcher import MicroBatcher
 from synattn_parser.core import RowOrError, parse_to_rows
 from synattn_parser.metrics import ParserMetrics
+from synattn_parser.runners import ModelRunner, ModelWorkerDied, ProcessRunner, ThreadRunner
 from synattn_parser.settings import ParserSettings, Scheme
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.features import FeatureOptions
@@ -32,22 +28,7 @@ from synattn_shared.heap import freeze_heap
 from synattn_shared.manifest import ParserInfo
 
 log = logging.getLogger(__name__)
-BrokenExecutor = (BrokenProcessPool, BrokenThreadPool)
-
-
-def _exit_with_parent(poll_s: float = 1.0) -> None:
-    """Model-process initializer: exit when the API process dies, even by SIGKILL.
-
-    A pool worker otherwise waits on its task queue forever, holding a model's memory.
-    """
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+BrokenExecutor = (BrokenProcessPool, BrokenThreadPool)  # ModelWorkerDied is a BrokenProcessPool
 
 
 @lru_cache(maxsize=8)
@@ -90,31 +71,29 @@ def _parse_in_model_process(name: str, settings_json: str, batch: list[Item]) ->
 
 
 class ParserPool:
-    """Loaded backends and their micro-batchers, all served by one model worker.
+    """Loaded backends and their micro-batchers, all served by the same model workers.
 
-    The worker is a child process by default (``PARSER_MODEL_PROCESS=false``: a thread, which
-    shares the GIL with the HTTP loop), ``PARSER_MODEL_WORKERS=N`` runs N model processes, and
-    ``PARSER_BATCHES_IN_FLIGHT`` micro-batches go to each worker at once (2: one parses while the
-    next is ready). Each worker holds one instance per backend (stanza is not thread-safe).
+    ``PARSER_MODEL_WORKERS=N`` child processes by default (``PARSER_MODEL_PROCESS=false``: one
+    thread, which shares the GIL with the HTTP loop); ``PARSER_BATCHES_IN_FLIGHT`` micro-batches
+    go to each worker at once (2: one parses while the next is ready). Each worker holds one
+    instance per backend (stanza is not thread-safe).
     """
 
     def __init__(self, settings: ParserSettings, metrics: ParserMetrics) -> None:
         self.settings = settings
         self.metrics = metrics
         self._settings_json = settings.model_dump_json()
-        self.executor = self._new_executor()
+        self.runner = self._new_runner()
         self.infos: dict[str, ParserInfo] = {}
         self.batchers: dict[str, MicroBatcher[Item, RowOrError]] = {}
         self.errors: dict[str, str] = {}
         self._lock = asyncio.Lock()
 
-    def _new_executor(self) -> Executor:
+    def _new_runner(self) -> ModelRunner:
         workers = self.settings.model_workers
         if self.settings.model_process or workers > 1:
-            return ProcessPoolExecutor(
-                max_workers=workers, mp_context=get_context("spawn"), initializer=_exit_with_parent
-            )
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="parser-model")
+            return ProcessRunner(workers)
+        return ThreadRunner()
 
     async def get(self, name: str) -> tuple[ParserInfo, MicroBatcher[Item, RowOrError]]:
         """The loaded backend ``name`` (loaded on first use, in the model worker).
@@ -125,27 +104,26 @@ class ParserPool:
         if name not in self.infos:
             async with self._lock:
                 if name not in self.infos:
-                    loop = asyncio.get_running_loop()
-                    try:
-                        loads = [
-                            loop.run_in_executor(
-                                self.executor, _load_in_model_process, name, self._settings_json
+                    try:  # into every worker (each keeps its own model)
+                        info = (
+                            await self.runner.call_all(
+                                _load_in_model_process, name, self._settings_json
                             )
-                            for _ in range(self.settings.model_workers)
-                        ]  # one per worker process (each keeps its own model)
-                        info = (await asyncio.gather(*loads))[0]
+                        )[0]
                     except BackendUnavailable as exc:
                         self.errors[name] = str(exc)
                         raise
                     self.errors.pop(name, None)
                     self.batchers[name] = MicroBatcher(
-                        partial(_parse_in_model_process, name, self._settings_json),
-                        self.executor,
+                        partial(
+                            self.runner.call,
+                            partial(_parse_in_model_process, name, self._settings_json),
+                        ),
                         max_size=self.settings.batch_max_size,
                         max_wait=self.settings.batch_max_wait_ms / 1000,
                         on_batch=self.metrics.batch_size.observe,
-                        concurrency=self.settings.model_workers * self.settings.batches_in_flight,
-                        workers=self.settings.model_workers,
+                        concurrency=self.runner.workers * self.settings.batches_in_flight,
+                        workers=self.runner.workers,
                     )
                     self.infos[name] = info
         return self.infos[name], self.batchers[name]
@@ -160,10 +138,11 @@ class ParserPool:
             BrokenExecutor: the model worker died (it is replaced; the request fails with 503).
         """
         info, batcher = await self.get(name)
+        runner = self.runner
         try:
             rows = await batcher.submit([(sid, item, scheme) for sid, item in batch])
         except BrokenExecutor:
-            await self.reset()
+            await self.reset(runner)
             raise
         failed = sum(isinstance(r, SyntaxInputError) for r in rows)
         self.metrics.sentences.labels(info.backend, "ok").inc(len(rows) - failed)
@@ -171,15 +150,20 @@ class ParserPool:
             self.metrics.sentences.labels(info.backend, "error").inc(failed)
         return rows
 
-    async def reset(self) -> None:
-        """Replace a dead model worker; backends load again on next use."""
+    async def reset(self, broken: ModelRunner | None = None) -> None:
+        """Replace the model workers (``broken``: only if they are still those; every request
+        that was waiting on them fails, and only the first replaces them); backends load again
+        on next use."""
         async with self._lock:
+            if broken is not None and broken is not self.runner:
+                return
+            replaced = ModelWorkerDied("the model workers are being replaced")
             for batcher in self.batchers.values():
-                await batcher.stop()
+                await batcher.stop(replaced)  # its requests: 503, like those of the dead worker
             self.batchers.clear()
             self.infos.clear()
-            self.executor.shutdown(wait=False, cancel_futures=True)
-            self.executor = self._new_executor()
+            await self.runner.close(wait=False)
+            self.runner = self._new_runner()
         if self.settings.preload:
             asyncio.get_running_loop().create_task(self._preload_quietly())
 
@@ -195,6 +179,4 @@ class ParserPool:
     async def close(self) -> None:
         for batcher in self.batchers.values():
             await batcher.stop()
-        # join a model process so it never outlives the server
-        wait = isinstance(self.executor, ProcessPoolExecutor)
-        await asyncio.to_thread(self.executor.shutdown, wait=wait, cancel_futures=True)
+        await self.runner.close(wait=True)  # join the model processes: none outlives the server
