@@ -45,6 +45,7 @@ from synattn_parser.backends.spacy_backend import EXCLUDE, load_spacy
 from synattn_parser.batch import get_parser, parse_corpus
 from synattn_parser.settings import ParserSettings
 from synattn_shared.datasets import multi30k_lines
+from synattn_shared.heap import freeze_heap
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -244,6 +245,9 @@ def main() -> None:
             "(b)'s)"
         )
 
+    # this process is the load generator: its full collections would walk the spaCy model that
+    # (a) and (b) loaded here, stalling every client at once
+    freeze_heap()
     plural = "es" if workers > 1 else ""
     print(
         f"    {workers} usable cores here: the server's default is {workers} model "
