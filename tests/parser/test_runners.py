@@ -53,13 +53,10 @@ def raise_needs_two_args() -> None:
 
 def test_calls_spread_over_the_workers_and_call_all_reaches_each_once() -> None:
     async def main() -> tuple[list[int], list[int], list[int | None]]:
-        runner = ProcessRunner(2)
-        try:
+        async with ProcessRunner(2) as runner:
             everyone = await runner.call_all(pid_after, 0)
             busy = await asyncio.gather(*(runner.call(pid_after, 0.2) for _ in range(4)))
             return everyone, list(busy), runner.pids
-        finally:
-            await runner.close()
 
     everyone, busy, pids = run(main())
     assert sorted(everyone) == sorted(pids) and len(set(everyone)) == 2
@@ -70,8 +67,7 @@ def test_results_exceptions_and_large_payloads_cross_intact() -> None:
     big = os.urandom(8 << 20)  # far past the socket buffers and the stream's limit
 
     async def main() -> None:
-        runner = ProcessRunner(1)
-        try:
+        async with ProcessRunner(1) as runner:
             assert await runner.call(echo, {"a": [1, 2.5, None]}) == {"a": [1, 2.5, None]}
             assert await runner.call(echo, big) == big
             with pytest.raises(ValueError, match="bad sentence"):
@@ -81,16 +77,13 @@ def test_results_exceptions_and_large_payloads_cross_intact() -> None:
             with pytest.raises(RuntimeError, match="could not be read"):
                 await runner.call(raise_needs_two_args)
             assert await runner.call(echo, 7) == 7  # the worker survived all of that
-        finally:
-            await runner.close()
 
     run(main())
 
 
 def test_a_killed_worker_fails_its_calls_at_once_and_refuses_new_ones() -> None:
     async def main() -> None:
-        runner = ProcessRunner(1)
-        try:
+        async with ProcessRunner(1) as runner:
             (pid,) = await runner.call_all(pid_after, 0)
             waiting = asyncio.ensure_future(runner.call(pid_after, 30))
             await asyncio.sleep(0.2)
@@ -101,22 +94,17 @@ def test_a_killed_worker_fails_its_calls_at_once_and_refuses_new_ones() -> None:
             assert time.monotonic() - t < 5
             with pytest.raises(ModelWorkerDied):
                 await runner.call(echo, 1)
-        finally:
-            await runner.close()
 
     run(main())
 
 
 def test_a_cancelled_call_leaves_the_worker_in_step() -> None:
     async def main() -> None:
-        runner = ProcessRunner(1)
-        try:
+        async with ProcessRunner(1) as runner:
             slow = asyncio.ensure_future(runner.call(pid_after, 0.3))
             await asyncio.sleep(0.05)
             slow.cancel()
             assert await runner.call(echo, "next") == "next"  # not the cancelled call's answer
-        finally:
-            await runner.close()
 
     run(main())
 

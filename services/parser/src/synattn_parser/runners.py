@@ -102,11 +102,9 @@ def _encode_outcome(call_id: int, ok: bool, value: Any) -> bytes:
         )
 
 
-def _serve(sock: socket.socket, initializer: Callable[[], None] | None) -> None:
+def _serve(sock: socket.socket) -> None:
     """The model process: answer calls in arrival order until the server's end closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us, not the terminal
-    if initializer is not None:
-        initializer()
     sock.setblocking(True)
     while True:
         try:
@@ -142,12 +140,11 @@ class ProcessRunner:
     """``workers`` spawned model processes, each fed through its own socket by the event loop.
 
     Calls go to the worker with the fewest pending calls; a worker answers its calls in order.
-    Processes start on the first call (inside the running loop).
+    Processes start on the first call (inside the running loop). ``async with`` closes them.
     """
 
-    def __init__(self, workers: int, initializer: Callable[[], None] | None = None) -> None:
+    def __init__(self, workers: int) -> None:
         self.workers = workers
-        self.initializer = initializer
         self._ctx = get_context("spawn")
         self._procs: list[_Worker] = []
         self._ids = itertools.count()
@@ -157,6 +154,12 @@ class ProcessRunner:
     @property
     def pids(self) -> list[int | None]:
         return [w.process.pid for w in self._procs]
+
+    async def __aenter__(self) -> ProcessRunner:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
 
     async def _started(self) -> list[_Worker]:
         if self._start is None:
@@ -170,7 +173,7 @@ class ProcessRunner:
         for _ in range(self.workers):
             ours, theirs = socket.socketpair()
             process = self._ctx.Process(
-                target=_serve, args=(theirs, self.initializer), name="parser-model", daemon=True
+                target=_serve, args=(theirs,), name="parser-model", daemon=True
             )
             process.start()
             theirs.close()  # only the child holds its end: its exit is our EOF
@@ -203,7 +206,7 @@ class ProcessRunner:
             pass
         if self.broken is None:
             self.broken = f"model process {worker.process.pid} exited"  # refuse calls at once
-            code = await asyncio.to_thread(_exitcode, worker.process)
+            code = await asyncio.to_thread(_join, worker.process, 1.0, False)
             self.broken = f"model process {worker.process.pid} exited (code {code})"
         self._fail(worker, ModelWorkerDied(self.broken))
 
@@ -265,13 +268,11 @@ class ProcessRunner:
 _REAPERS: set[asyncio.Future[Any]] = set()  # joins in progress (a reference keeps them alive)
 
 
-def _exitcode(process: BaseProcess, timeout: float = 1.0) -> int | None:
+def _join(process: BaseProcess, timeout: float = 10.0, kill: bool = True) -> int | None:
+    """Wait up to ``timeout`` for ``process`` to exit (then kill it, with ``kill``); its exit
+    code."""
     process.join(timeout)
-    return process.exitcode
-
-
-def _join(process: BaseProcess, timeout: float = 10.0) -> None:
-    process.join(timeout)
-    if process.exitcode is None:
+    if process.exitcode is None and kill:
         process.kill()
         process.join()
+    return process.exitcode
