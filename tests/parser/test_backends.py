@@ -296,6 +296,28 @@ def test_numpy_blas_parses_exactly_what_blis_parses(ewt_texts: list[str]) -> Non
     assert read(numpy_blas) == read(blis)
 
 
+def test_numpy_blas_leaves_other_ops_alone() -> None:
+    """Only thinc's blis ``NumpyOps`` is switched; another backend's ops (a GPU's, Apple's: here
+    a subclass stands in) keeps its own."""
+    import spacy
+    from thinc.api import NumpyOps
+
+    from synattn_parser.backends.numpy_blas import use_numpy_blas
+
+    class OtherOps(NumpyOps):
+        name = "other"
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("tagger")
+    nodes = list(nlp.get_pipe("tagger").model.walk())
+    other = OtherOps()
+    nodes[0].ops = other
+    assert use_numpy_blas(nlp) == len(nodes) - 1
+    assert nodes[0].ops is other
+    assert all(type(n.ops) is NumpyOps and not n.ops.use_blis for n in nodes[1:])
+    assert use_numpy_blas(nlp) == 0  # nothing left to switch
+
+
 def test_one_token_tests_compile_only_plain_equality() -> None:
     from synattn_parser.backends.fast_ruler import one_token_tests
 

@@ -18,10 +18,13 @@ from typing import Any
 
 
 def use_numpy_blas(nlp: Any) -> int:
-    """Route every thinc model in ``nlp`` through ``NumpyOps(use_blis=False)`` (numpy's BLAS),
-    and hold this process's BLAS libraries to one thread. Returns the number of layers switched.
+    """Route every thinc layer of ``nlp`` that multiplies with blis through
+    ``NumpyOps(use_blis=False)`` (numpy's BLAS), and hold this process's BLAS libraries to one
+    thread. Returns the number of layers switched.
 
-    The thread limit applies to the whole process: the process that loads a parser parses with it.
+    Only thinc's plain ``NumpyOps`` is replaced: other ops (a GPU's ``CupyOps``, Apple's
+    ``AppleOps``) are left as they are. The thread limit applies to the whole process: the
+    process that loads a parser parses with it.
     """
     from thinc.api import Model, NumpyOps
     from threadpoolctl import threadpool_limits
@@ -34,6 +37,7 @@ def use_numpy_blas(nlp: Any) -> int:
         if not isinstance(model, Model):  # benepar's component is a torch model
             continue
         for node in model.walk():
-            node.ops = ops
-            switched += 1
+            if type(node.ops) is NumpyOps and getattr(node.ops, "use_blis", False):
+                node.ops = ops
+                switched += 1
     return switched
