@@ -10,8 +10,9 @@ On the first N Multi30k training sentences, in one run:
   (c) the API under 16 concurrent clients sending one sentence per request: sentences/s, p50
       and p99 latency, and the ratio to (b) (goal >= 0.85, thanks to micro-batching); then 64
       clients, p99 latency (goal < 100 ms). Run for the server's default (one model process per
-      usable core, at most 4) and, where that is more than one, for one model process, so
-      every ratio is also stated at equal numbers of model processes;
+      usable core but one, at least 1, at most 4) and, where that is more than one, for one
+      model process, so every ratio is also stated at equal numbers of model processes
+      (``bench/parse_load.py`` compares any configurations, with each process's CPU);
   (d) memory: M sentences through the running default server (32 per request); resident memory
       of the API process and its model workers after warm-up and at the end (goal: growth
       < 10%);
@@ -45,6 +46,7 @@ import psutil
 from synattn_parser.backends.spacy_backend import EXCLUDE, load_spacy
 from synattn_parser.batch import get_parser, parse_corpus
 from synattn_parser.settings import ParserSettings
+from synattn_shared.cpus import usable_cpus
 from synattn_shared.datasets import multi30k_lines
 from synattn_shared.heap import freeze_heap
 
@@ -209,7 +211,7 @@ def main() -> None:
         f"  (goal >= 0.85; runs {[round(x) for x in full]})"
     )
 
-    workers = ParserSettings().model_workers  # the server's default (usable cores, <= 4)
+    workers = ParserSettings().model_workers  # the server's default (usable cores but one)
     full_n = full_m
     if workers > 1:
         full_n = statistics.median(
@@ -251,7 +253,7 @@ def main() -> None:
     freeze_heap()
     plural = "es" if workers > 1 else ""
     print(
-        f"    {workers} usable cores here: the server's default is {workers} model "
+        f"    {usable_cpus()} usable cores here: the server's default is {workers} model "
         f"process{plural}, the CLI's 1 process (goal: 16 clients >= 0.85x (b))"
     )
     if workers > 1:  # like for like: one model process against the one-process CLI

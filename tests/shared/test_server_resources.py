@@ -43,12 +43,20 @@ def test_usable_cpus_is_affinity_capped_by_the_quota(tmp_path: Path) -> None:
     assert usable_cpus(tmp_path / "missing") == affinity  # no cgroup v2 file: affinity
 
 
-def test_parser_model_workers_default_to_usable_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    from synattn_parser.settings import DEFAULT_MAX_MODEL_WORKERS, ParserSettings
+def test_parser_model_workers_default_to_usable_cores_but_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from synattn_parser.settings import (
+        DEFAULT_MAX_MODEL_WORKERS,
+        ParserSettings,
+        default_model_workers,
+    )
 
     monkeypatch.delenv("PARSER_MODEL_WORKERS", raising=False)
     monkeypatch.delenv("PARSER_MODEL_PROCESS", raising=False)
-    assert ParserSettings().model_workers == min(usable_cpus(), DEFAULT_MAX_MODEL_WORKERS)
+    assert ParserSettings().model_workers == default_model_workers(usable_cpus())
+    assert [default_model_workers(n) for n in (1, 2, 3, 4, 5, 64)] == [1, 1, 2, 3, 4, 4]
+    assert default_model_workers(64) == DEFAULT_MAX_MODEL_WORKERS
     assert ParserSettings(model_process=False).model_workers == 1  # a thread: one
     assert ParserSettings(model_process=False, model_workers=3).model_workers == 3  # as asked
     monkeypatch.setenv("PARSER_MODEL_WORKERS", "1")

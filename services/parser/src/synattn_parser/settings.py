@@ -19,6 +19,17 @@ Blas = Literal["numpy", "blis"]  # what multiplies spaCy's matrices (backends.nu
 DEFAULT_MAX_MODEL_WORKERS = 4  # each model process holds its own copy of the model
 
 
+def default_model_workers(cores: int) -> int:
+    """Model processes for ``cores`` usable cores: all but one, which the HTTP process needs
+    (0.4-0.5 of a core at 1,000 requests/s); at least 1, at most ``DEFAULT_MAX_MODEL_WORKERS``.
+
+    Since spaCy multiplies through numpy's BLAS, a model process parses a sentence in about
+    1.2 ms at the batch sizes 16 clients make, and the HTTP process's share matters: on 2 cores a
+    second model process made batches half as large and contended with the HTTP process.
+    """
+    return max(1, min(cores - 1, DEFAULT_MAX_MODEL_WORKERS))
+
+
 class ParserSettings(BaseSettings, ServeTimeouts):
     """Everything the parser API, the batch CLI and the Celery task are configured by.
 
@@ -63,14 +74,14 @@ class ParserSettings(BaseSettings, ServeTimeouts):
         "instead of a thread",
     )
     model_workers: int = Field(
-        default_factory=lambda: min(usable_cpus(), DEFAULT_MAX_MODEL_WORKERS),
+        default_factory=lambda: default_model_workers(usable_cpus()),
         ge=1,
         le=64,
         description="model processes (>1 implies processes). Default: one per usable CPU core "
-        "(affinity and cgroup quota), at most 4; 1 when PARSER_MODEL_PROCESS=false. On 2 cores "
-        "the second process served 16 one-sentence clients 6-22% faster and cut the 64-client "
-        "p99 by 6-10 ms (bench/parse.py, results/parse-cpu); each process holds its own copy "
-        "of the model",
+        "(affinity and cgroup quota) but one, left to the HTTP process; at least 1, at most 4; "
+        "1 when PARSER_MODEL_PROCESS=false. On 2 cores one process served 16 one-sentence "
+        "clients 1.21x and 64 clients 1.08x faster than two, with a lower p99 "
+        "(bench/parse_load.py, results/parse-cpu); each process holds its own copy of the model",
     )
     batches_in_flight: int = Field(
         2,
