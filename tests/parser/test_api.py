@@ -246,7 +246,7 @@ def test_the_model_process_exits_when_the_server_is_killed() -> None:
     with api_server() as (proc, _):
         children = psutil.Process(proc.pid).children(recursive=True)  # with the resource tracker
         try:
-            # the default: one model process per usable core, at most 4
+            # the default: one model process per usable core but one (at least 1, at most 4)
             assert len(model_processes(proc)) == ParserSettings().model_workers >= 1
             proc.kill()
             proc.wait(10)
