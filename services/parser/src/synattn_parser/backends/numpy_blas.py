@@ -1,11 +1,14 @@
 """spaCy's matrix products through numpy's BLAS on one thread, instead of thinc's bundled blis.
 
 thinc's ``NumpyOps`` multiplies with blis by default. On the AMD EPYC (AVX-512) cores this was
-measured on, blis ran the products spaCy's tok2vec makes at 20-30 GFLOP/s, and numpy's OpenBLAS at
-76-97 on one thread: a (56 x 288) by (288 x 288) product, the size of a 4-sentence micro-batch,
-took 308 us with blis against 122 us. The maxout layers' products were 39% of a model process's
-time under API load. With numpy's BLAS the whole pipeline parsed 1.5-1.7x more sentences per
-second, and the parses of 10,000 Multi30k sentences (heads, labels, tags) stayed identical.
+measured on, blis ran the products spaCy's tok2vec makes at 26-34 GFLOP/s and numpy's OpenBLAS, on
+one thread, at 72-99: a (56 x 288) by (288 x 288) product, the size of a 4-sentence micro-batch,
+took 364 us with blis against 130 us (3,000 rows: 14.6 ms against 5.0). py-spy (``--native``) shows
+why: the blis wheel (1.3.4) runs its generic reference kernel here (``bli_sgemm_generic_ref``), and
+``BLIS_ARCH_TYPE=haswell``, ``skx``, ``zen3`` or ``zen4`` changed nothing. The maxout layers'
+products were 39% of a model process's time under API load. With numpy's BLAS the whole pipeline
+parsed 1.4-1.9x more sentences per second (more at large batches), and the parses of 10,000
+Multi30k sentences (heads, labels, tags) stayed identical.
 
 OpenBLAS is held to one thread. Its worker threads spin while they wait, so with 2 threads the
 same parse cost 1.64 ms of CPU per sentence against 0.89. Parsing scales by processes instead:
