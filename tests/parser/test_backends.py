@@ -285,8 +285,12 @@ def test_numpy_blas_parses_exactly_what_blis_parses(ewt_texts: list[str]) -> Non
     assert _thinc_ops(blis) == {("NumpyOps", True)}
     numpy_blas = load_parser("spacy", ParserSettings()).nlp  # type: ignore[attr-defined]
     assert _thinc_ops(numpy_blas) == {("NumpyOps", False)}
+    from synattn_parser.backends.numpy_blas import hold_blas_to_one_thread
+
     openblas = [i for i in threadpool_info() if i["internal_api"] == "openblas"]
     assert openblas and all(i["num_threads"] == 1 for i in openblas)
+    held = hold_blas_to_one_thread()  # numpy's BLAS (and scipy's) are held, never torch's
+    assert any("numpy" in path for path in held) and not any("/torch/" in path for path in held)
     explicit = load_parser("spacy", ParserSettings(spacy_blas="blis")).nlp  # type: ignore[attr-defined]
     assert _thinc_ops(explicit) == {("NumpyOps", True)}
 

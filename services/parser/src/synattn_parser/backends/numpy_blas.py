@@ -17,22 +17,37 @@ the API's model workers and ``synattn parse --workers``.
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+
+def hold_blas_to_one_thread() -> list[str]:
+    """Hold the BLAS libraries this process has loaded to one thread each, all but torch's (a
+    training run in the same process, such as a job worker's, keeps its threads). Returns the
+    libraries held."""
+    import numpy  # noqa: F401 - numpy's BLAS is loaded with it
+    from threadpoolctl import ThreadpoolController
+
+    held = []
+    for lib in ThreadpoolController().lib_controllers:
+        if lib.user_api == "blas" and f"{os.sep}torch{os.sep}" not in lib.filepath:
+            lib.set_num_threads(1)
+            held.append(lib.filepath)
+    return held
 
 
 def use_numpy_blas(nlp: Any) -> int:
     """Route every thinc layer of ``nlp`` that multiplies with blis through
-    ``NumpyOps(use_blis=False)`` (numpy's BLAS), and hold this process's BLAS libraries to one
-    thread. Returns the number of layers switched.
+    ``NumpyOps(use_blis=False)`` (numpy's BLAS), and hold this process's BLAS libraries (but
+    torch's) to one thread. Returns the number of layers switched.
 
     Only thinc's plain ``NumpyOps`` is replaced: other ops (a GPU's ``CupyOps``, Apple's
     ``AppleOps``) are left as they are. The thread limit applies to the whole process: the
     process that loads a parser parses with it.
     """
     from thinc.api import Model, NumpyOps
-    from threadpoolctl import threadpool_limits
 
-    threadpool_limits(1, user_api="blas")
+    hold_blas_to_one_thread()
     ops = NumpyOps(use_blis=False)
     switched = 0
     for _, component in nlp.components:
