@@ -61,8 +61,10 @@ def batch_stats(url: str) -> tuple[float, float]:
     return count, total
 
 
-def measure(env: dict[str, str], lines: list[str], concurrency: list[int]) -> list[str]:
-    """One server with ``env``: a line per client count."""
+def measure(
+    env: dict[str, str], lines: list[str], concurrency: list[int]
+) -> list[tuple[int, float, str]]:
+    """One server with ``env``: per client count, (clients, sentences/s, the line to print)."""
     proc, url = start_server(**env)
     out = []
     try:
@@ -78,12 +80,13 @@ def measure(env: dict[str, str], lines: list[str], concurrency: list[int]) -> li
             cores = [(b - a) / wall for a, b in zip(cpu0, cpu1, strict=True)]
             models = [round(x, 2) for x in cores[1:-1] if x > 0.02]
             batch = (b1[1] - b0[1]) / max(b1[0] - b0[0], 1)
-            out.append(
+            line = (
                 f"{c:3d} clients {rate:7.1f} sent/s  p50 {percentile(lat, 0.5) * 1000:5.1f} ms  "
                 f"p99 {percentile(lat, 0.99) * 1000:5.1f} ms | cores: HTTP {cores[0]:.2f}, "
                 f"models {models}, load generator {cores[-1]:.2f}; HTTP "
                 f"{cores[0] * wall / len(lines) * 1000:.2f} ms/request; batch {batch:.1f}"
             )
+            out.append((c, rate, line))
     finally:
         proc.terminate()
         proc.wait(30)
@@ -107,10 +110,9 @@ def main() -> None:
     for r in range(args.rounds):
         for text, env in configs:
             print(f"round {r + 1}, config {text}:", flush=True)
-            for line in measure(env, lines, args.clients):
+            for c, rate, line in measure(env, lines, args.clients):
                 print("   ", line, flush=True)
-                c = int(line.split()[0])
-                rates.setdefault((text, c), []).append(float(line.split()[2]))
+                rates.setdefault((text, c), []).append(rate)
     print("medians, sentences/s:")
     for (text, c), xs in rates.items():
         print(

@@ -268,11 +268,11 @@ def test_the_backend_ruler_sets_what_stock_spacy_sets(ewt_texts: list[str]) -> N
 
 def _thinc_ops(nlp: Any) -> set[tuple[str, bool]]:
     """(ops class, uses blis) of every layer of every thinc model in ``nlp``."""
+    from synattn_parser.backends.numpy_blas import thinc_layers
+
     return {
         (type(node.ops).__name__, bool(getattr(node.ops, "use_blis", False)))
-        for _, component in nlp.components
-        if getattr(component, "model", None) is not None
-        for node in component.model.walk()
+        for node in thinc_layers(nlp)
     }
 
 

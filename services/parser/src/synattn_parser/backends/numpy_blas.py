@@ -18,6 +18,7 @@ the API's model workers and ``synattn parse --workers``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -36,6 +37,17 @@ def hold_blas_to_one_thread() -> list[str]:
     return held
 
 
+def thinc_layers(nlp: Any) -> Iterator[Any]:
+    """Every layer of every thinc model in ``nlp``'s components (benepar's torch model is not
+    one)."""
+    from thinc.api import Model
+
+    for _, component in nlp.components:
+        model = getattr(component, "model", None)
+        if isinstance(model, Model):
+            yield from model.walk()
+
+
 def use_numpy_blas(nlp: Any) -> int:
     """Route every thinc layer of ``nlp`` that multiplies with blis through
     ``NumpyOps(use_blis=False)`` (numpy's BLAS), and hold this process's BLAS libraries (but
@@ -45,17 +57,13 @@ def use_numpy_blas(nlp: Any) -> int:
     ``AppleOps``) are left as they are. The thread limit applies to the whole process: the
     process that loads a parser parses with it.
     """
-    from thinc.api import Model, NumpyOps
+    from thinc.api import NumpyOps
 
     hold_blas_to_one_thread()
     ops = NumpyOps(use_blis=False)
     switched = 0
-    for _, component in nlp.components:
-        model = getattr(component, "model", None)
-        if not isinstance(model, Model):  # benepar's component is a torch model
-            continue
-        for node in model.walk():
-            if type(node.ops) is NumpyOps and getattr(node.ops, "use_blis", False):
-                node.ops = ops
-                switched += 1
+    for node in thinc_layers(nlp):
+        if type(node.ops) is NumpyOps and node.ops.use_blis:
+            node.ops = ops
+            switched += 1
     return switched
