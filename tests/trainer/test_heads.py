@@ -202,6 +202,60 @@ def test_routing_replaces_the_output_projection_parameters(m30k, data) -> None: 
     assert count_parameters(routed) - count_parameters(plain) == 2 * per_layer
 
 
+def _routed_to_wo_rms(m30k, data, **options) -> float:  # type: ignore[no-untyped-def]
+    """RMS of the routed branch over that of the W^O output of the same heads, at
+    initialisation, in the m30k-tiny8 shape (d = 128, 8 heads), on real sentences."""
+    corpus, tok = data
+    shape = {"d_model": 128, "d_ff": 512, "heads": 8}
+    spec = {"name": "routing", "layers": [0, 1], "options": options}
+    torch.manual_seed(0)
+    routed = Transformer(
+        tiny_config(m30k, model=shape, attention={"enc_self": [spec]}), tok.get_vocab_size()
+    ).eval()
+    wo = torch.nn.Linear(128, 128)  # an ordinary attention module's W^O, default init
+    ratios: list[float] = []
+    for _, _layer, module in routed.attention_modules():
+        variant = module.variant
+        if type(variant).__name__ != "Routing":
+            continue
+        original = variant.aggregate
+
+        def spy(heads, out_proj, ctx, original=original):  # type: ignore[no-untyped-def]
+            out = original(heads, out_proj, ctx)
+            concat = heads.transpose(1, 2).reshape(out.shape)
+            ratios.append(float(out.pow(2).mean().sqrt() / wo(concat).pow(2).mean().sqrt()))
+            return out
+
+        variant.aggregate = spy
+    batch = make_batch(corpus, list(range(8)))
+    with torch.no_grad():
+        routed(batch.src, batch.tgt_in)
+    assert len(ratios) == 2
+    return max(ratios)
+
+
+def test_the_routed_branch_starts_at_the_scale_of_a_wo_output(m30k, data) -> None:  # type: ignore[no-untyped-def]
+    """DECISIONS §6, METHODS-heads §4.5: LayerNorm on the vote network's input and none on the
+    output keeps the routed branch of the order of W^O's output at initialisation; the old
+    placement (output LayerNorm) starts it at unit RMS, several times larger."""
+    new = _routed_to_wo_rms(m30k, data)
+    old = _routed_to_wo_rms(m30k, data, output_layernorm=True)
+    assert 0.2 < new < 2.0
+    assert old > 4.0 and old > 5 * new
+
+
+def test_routing_has_no_vote_dropout_unless_the_old_placement(m30k, data) -> None:  # type: ignore[no-untyped-def]
+    _, tok = data
+    for old, p in ((False, 0.0), (True, 0.1)):
+        spec = {"name": "routing", "layers": [0], "options": {"output_layernorm": old}}
+        model = Transformer(
+            tiny_config(m30k, attention={"enc_self": [spec]}), tok.get_vocab_size()
+        )
+        mods = model.attention_modules()
+        drops = [m.variant.drop.p for k, i, m in mods if k == "enc_self" and i == 0]
+        assert drops == [p]
+
+
 def test_one_learned_head_baseline(m30k, data, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """1L (METHODS-heads §1.4): one encoder self-attention head of d_h = d per layer."""
     from synattn_trainer import headmask

@@ -210,6 +210,11 @@ class RoutingConfig(VariantConfig):
     em_use_activation: bool = True
     lambda_min: float = Field(1.0, ge=0, le=1e4)
     lambda_max: float = Field(3.0, ge=0, le=1e4)
+    output_layernorm: bool = Field(
+        False,
+        description="the old placement (before DECISIONS §6): dropout in the vote network and a "
+        "LayerNorm on the routed output instead of on the vote network's input",
+    )
 
     def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:
         if model.d_model % self.capsule_dim:

@@ -77,7 +77,11 @@ def em_routing(
 
 @register("routing", RoutingConfig)
 class Routing(AttentionVariant):
-    """``U = Dropout(ReLU(O W_f))``, votes ``U W_v`` ``[H, N, d/N]``, routing, LayerNorm."""
+    """``U = ReLU(LayerNorm(O) W_f)``, votes ``U W_v`` ``[H, N, d/N]``, routing; the routed
+    output goes into the residual as it is (METHODS-heads §4.5, DECISIONS §6: the public code's
+    pre-processing LayerNorm, no vote dropout). That keeps the branch at the scale of a ``W^O``
+    output at initialisation; ``output_layernorm`` restores the earlier placement (dropout on
+    ``U``, LayerNorm on the output), whose unit-RMS branch starts several times larger."""
 
     config: RoutingConfig
 
@@ -91,8 +95,9 @@ class Routing(AttentionVariant):
         self.n_out = d // config.capsule_dim
         self.transform = nn.Linear(d, d)
         self.votes = nn.Linear(d, self.heads * d)
-        self.drop = Dropout(model.dropout)
-        self.norm = nn.LayerNorm(d)
+        # the vote network has no dropout (public code: relu_dropout = 0); the old placement had
+        self.drop = Dropout(model.dropout if config.output_layernorm else 0.0)
+        self.norm = nn.LayerNorm(d)  # on the input, or on the output with output_layernorm
         if config.method == "em":
             self.beta_a = nn.Parameter(torch.zeros(self.n_out))
             self.beta_mu = nn.Parameter(torch.zeros(self.n_out))
@@ -100,9 +105,11 @@ class Routing(AttentionVariant):
     def aggregate(self, heads: Tensor, out_proj: nn.Linear, ctx: AttnContext) -> Tensor | None:
         b, h, t, dh = heads.shape
         concat = heads.transpose(1, 2).reshape(b, t, h * dh)
-        u = self.drop(F.relu(self.transform(concat)))
-        votes = self.votes(u).float().view(b, t, h, self.n_out, self.config.capsule_dim)
         c = self.config
+        if not c.output_layernorm:
+            concat = self.norm(concat)
+        u = self.drop(F.relu(self.transform(concat)))
+        votes = self.votes(u).float().view(b, t, h, self.n_out, c.capsule_dim)
         if c.method == "simple":
             out = simple_routing(votes, c.iterations, c.softmax_over)
         else:
@@ -110,5 +117,5 @@ class Routing(AttentionVariant):
                 votes, self.beta_a.float(), self.beta_mu.float(), c.iterations,
                 c.lambda_min, c.lambda_max, c.em_use_activation,
             )  # fmt: skip
-        result: Tensor = self.norm(out.reshape(b, t, h * dh).to(heads.dtype))
-        return result
+        result: Tensor = out.reshape(b, t, h * dh).to(heads.dtype)
+        return self.norm(result) if c.output_layernorm else result
