@@ -26,7 +26,8 @@ REDIS = "redis://127.0.0.1:6379"
 
 
 def tiny_yaml(paths: dict[str, Path], path: Path, **train: object) -> Path:
-    """A 2+2-layer d=32 config that trains in seconds; checkpoints every 5 updates."""
+    """A 2+2-layer d=32 config that trains in seconds; checkpoints every 5 updates, the last two
+    averaged (inside the final half of a 10-update run)."""
     cfg = {
         "name": "tiny",
         "data": {"train": str(paths["train"]), "valid": str(paths["valid"]),
@@ -35,7 +36,8 @@ def tiny_yaml(paths: dict[str, Path], path: Path, **train: object) -> Path:
                   "dropout": 0.1, "attn_dropout": 0.1},
         "optim": {"lr": 0.003, "warmup": 20},
         "train": {"max_updates": 10, "bleu_every": 0, "log_every": 1, "seed": 7,
-                  "checkpoint_every_updates": 5, "average_last": 2, **train},
+                  "checkpoint_every_updates": 5, "average_last": 2, "average_window": 0.5,
+                  **train},
         "decode": {"beam": 2, "batch_sentences": 60},
     }  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -96,7 +96,7 @@ def test_interrupted_and_resumed_run_ends_bitwise_equal(
     """Stop mid-epoch, resume in a fresh trainer, compare with one straight run."""
     cfg = tiny_config(
         m30k,
-        train={"max_updates": 14, "checkpoint_every_updates": 3, "seed": 3},
+        train={"max_updates": 14, "checkpoint_every_updates": 3, "average_last": 2, "seed": 3},
         data={"max_tokens": 300},
     )
     straight = Trainer(cfg, tmp_path / "straight", progress=False)

@@ -12,6 +12,7 @@ import torch
 from synattn_shared.atomic import atomic_path
 
 CKPT_GLOB = "ckpt-*.pt"
+RESUME_NAME = "resume.pt"  # an unscheduled save (end of epoch between K-update saves, a stop)
 
 
 def rng_state() -> dict[str, Any]:
@@ -52,8 +53,27 @@ def checkpoints(directory: Path) -> list[Path]:
 
 
 def latest(directory: Path) -> Path | None:
+    """The newest scheduled checkpoint."""
     ckpts = checkpoints(directory)
     return ckpts[-1] if ckpts else None
+
+
+def update_of(path: Path) -> int:
+    """The update a scheduled checkpoint was saved at, from its name ``ckpt-<update>.pt``."""
+    return int(path.stem.split("-", 1)[1])
+
+
+def resume_point(directory: Path) -> Path | None:
+    """Where a run continues: the newer of the last scheduled checkpoint and ``resume.pt``
+    (on a tie ``resume.pt``, written later in the same update, e.g. after the epoch's end)."""
+    last = latest(directory)
+    extra = directory / RESUME_NAME
+    if not extra.is_file():
+        return last
+    if last is None:
+        return extra
+    saved = torch.load(extra, map_location="cpu", weights_only=False)["update"]
+    return extra if saved >= update_of(last) else last
 
 
 def prune(directory: Path, keep: int) -> None:

@@ -131,12 +131,42 @@ class TrainLoopConfig(Strict):
         description="CPU dropout masks from 16-bit draws (synattn_trainer.dropout); false: "
         "torch's F.dropout",
     )
-    checkpoint_every_updates: int = Field(0, ge=0, description="0 = once per epoch only")
+    checkpoint_every_updates: int = Field(
+        0,
+        ge=0,
+        description="save a checkpoint every K updates (and at the end); 0 = once per epoch",
+    )
     keep_checkpoints: int = Field(10, ge=1)
+    checkpoint_select: Literal["average", "last", "best_valid"] = Field(
+        "average",
+        description="the final model: the average of the last average_last checkpoints inside "
+        "the final average_window (fairseq's recipes; seeds 000-002), the last checkpoint "
+        "(seed 004: single models), or the checkpoint of best validation loss (seed 003)",
+    )
     average_last: int = Field(10, ge=1)
+    average_window: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="averaged checkpoints come from this final share of the run's updates "
+        "(DECISIONS §7); a config whose last average_last checkpoints start earlier is refused",
+    )
     bleu_every: int = Field(5, ge=0, description="epochs between validation BLEU; 0 = never")
     bleu_max_sentences: int = Field(0, ge=0, description="0 = the whole validation set")
     log_every: int = Field(50, ge=1)
+
+    @model_validator(mode="after")
+    def _averaging_at_the_end(self) -> TrainLoopConfig:
+        """Averaging every K updates must fit the final window (per-epoch saving is checked
+        by the trainer, which knows the epoch length)."""
+        from synattn_trainer.selection import averaging_error
+
+        k = self.checkpoint_every_updates
+        if self.checkpoint_select == "average" and k:
+            why = averaging_error(self.max_updates, k, self.average_last, self.average_window)
+            if why:
+                raise ValueError(why)
+        return self
 
 
 class DecodeConfig(Strict):

@@ -177,8 +177,10 @@ class TrainResult:
     epoch: int
     best_valid_loss: float
     checkpoint: Path | None
-    averaged: Path | None
+    averaged: Path | None  # the final model file when it is not ``checkpoint`` itself
     stopped: Stop
+    selection: str = "last"  # how the final model was chosen (train.checkpoint_select)
+    averaged_updates: list[int] = field(default_factory=list)  # [] for a single checkpoint
 
 
 class Trainer:
@@ -242,7 +244,28 @@ class Trainer:
         self.position = 0  # batches of the current epoch already consumed
         self.best_valid = math.inf
         self.bad_epochs = 0
+        self.best_select = (math.inf, 0)  # (valid loss, update) of checkpoint_select best_valid
         self._tb: Any = None
+        self._check_epoch_averaging()
+
+    def _check_epoch_averaging(self) -> None:
+        """Refuse, before any training, an average of per-epoch checkpoints that would reach
+        outside the run's final window (DECISIONS §7; K-update saving is checked by the config)."""
+        t = self.cfg.train
+        if t.checkpoint_select != "average" or t.checkpoint_every_updates or t.average_last <= 1:
+            return
+        from synattn_trainer.selection import averaging_error
+
+        batches = len(
+            EpochIterator(self.train_data, self.cfg.data.max_tokens, t.seed, 0, 0, self.rank,
+                          self.world)
+        )  # fmt: skip
+        per_epoch = max(1, batches // self.cfg.optim.accumulate)
+        end = min(t.max_updates, t.max_epochs * per_epoch)
+        why = averaging_error(end, per_epoch, t.average_last, t.average_window,
+                              unit="updates (once per epoch)")  # fmt: skip
+        if why:
+            raise ValueError(why)
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -255,6 +278,7 @@ class Trainer:
             "position": self.position,
             "best_valid": self.best_valid,
             "bad_epochs": self.bad_epochs,
+            "best_select": list(self.best_select),
             "rng": ck.rng_state(),
             "config": self.cfg.model_dump(mode="json"),
             "vocab_size": self.tok.get_vocab_size(),
@@ -269,20 +293,34 @@ class Trainer:
         self.position = state["position"]
         self.best_valid = state["best_valid"]
         self.bad_epochs = state["bad_epochs"]
+        loss, update = state.get("best_select", (math.inf, 0))
+        self.best_select = (float(loss), int(update))
         ck.set_rng_state(state["rng"])
 
-    def save(self) -> Path | None:
-        """Write ``ckpt-<update>.pt`` atomically (rank 0) and keep the newest ones."""
+    def save(self, scheduled: bool = True) -> Path | None:
+        """Write the state atomically (rank 0): a scheduled checkpoint ``ckpt-<update>.pt``
+        (the newest ones are kept; the final model is chosen among them), or ``resume.pt``,
+        a point to resume from that never enters the final model (an epoch's end between
+        K-update saves, an interruption)."""
         if self.rank != 0:
             return None
+        if not scheduled:
+            path = self.ckpt_dir / ck.RESUME_NAME
+            ck.atomic_save(self.state_dict(), path)
+            return path
+        if self.cfg.train.checkpoint_select == "best_valid":
+            loss = self.validate()["valid_loss"]
+            if loss < self.best_select[0]:
+                self.best_select = (loss, self.update)
+                self._write_final([self.update], "best.pt", single=True)
         path = self.ckpt_dir / f"ckpt-{self.update:08d}.pt"
         ck.atomic_save(self.state_dict(), path)
         ck.prune(self.ckpt_dir, max(self.cfg.train.keep_checkpoints, self.cfg.train.average_last))
         return path
 
     def resume(self) -> bool:
-        """Continue from the newest checkpoint when there is one."""
-        last = ck.latest(self.ckpt_dir)
+        """Continue from the newest checkpoint or resume point when there is one."""
+        last = ck.resume_point(self.ckpt_dir)
         if last is None:
             return False
         self.load_state_dict(torch.load(last, map_location=self.device, weights_only=False))
@@ -339,12 +377,12 @@ class Trainer:
         while stop is None and self.epoch < cfg.train.max_epochs:
             stop = self._run_epoch(clock, bar, stop_after_updates, should_stop, on_update)
             if stop in (Stop.INTERRUPTED, Stop.CANCELLED):
-                self.save()
+                self.save(scheduled=False)
                 break
             if stop is None:  # the epoch ran to its end
                 self.epoch += 1
                 self.position = 0
-            self._end_of_epoch()
+            self._end_of_epoch(final=stop is not None)
             if stop is None and cfg.train.patience and self.bad_epochs >= cfg.train.patience:
                 stop = Stop.PATIENCE
         stop = stop or Stop.MAX_EPOCHS
@@ -467,15 +505,24 @@ class Trainer:
             on_update(rec)
 
     def _finish(self, stop: Stop) -> TrainResult:
-        """Average, log the dev-set gates and the end; what the run produced."""
+        """Choose the final model, log the dev-set gates and the end; what the run produced."""
         done = stop not in (Stop.INTERRUPTED, Stop.CANCELLED)
-        averaged = self.average() if done else None
+        select = self.cfg.train.checkpoint_select
+        final: Path | None = None
+        updates: list[int] = []
         if done and self.rank == 0:
+            if select == "average":
+                final = self.average()
+                updates = self.averaged_updates()
+            elif select == "best_valid":
+                final = self.out / "best.pt"
             self._log_dev_gates()
-        self.log({"event": "end", "update": self.update, "epoch": self.epoch, "stopped": stop})
+        self.log({"event": "end", "update": self.update, "epoch": self.epoch, "stopped": stop,
+                  "selection": select, "averaged_updates": updates})  # fmt: skip
         return TrainResult(
-            self.update, self.epoch, self.best_valid, ck.latest(self.ckpt_dir), averaged, stop
-        )
+            self.update, self.epoch, self.best_valid, ck.latest(self.ckpt_dir), final, stop,
+            select, updates,
+        )  # fmt: skip
 
     def _log_dev_gates(self) -> None:
         """Gated SLR: the gates over the dev set in eval mode (what seed 003 Fig. 3 shows),
@@ -507,7 +554,9 @@ class Trainer:
             masked = headmask.select_important(importance, n)
         return headmask.mask_gates(total, masked, self.device)
 
-    def _end_of_epoch(self) -> None:
+    def _end_of_epoch(self, final: bool = False) -> None:
+        """Validation (patience, BLEU every k epochs) and a save: a scheduled checkpoint when
+        checkpoints are per epoch or the run has reached its end, else a resume point."""
         valid = self.validate()
         if valid["valid_loss"] < self.best_valid - 1e-6:
             self.best_valid = valid["valid_loss"]
@@ -524,7 +573,7 @@ class Trainer:
             bleu = corpus_bleu(hyps, self.valid_data.refs[:n])
             rec.update(valid_bleu=bleu.score, bleu_signature=bleu.signature)
         self.log(rec)
-        self.save()
+        self.save(scheduled=final or not self.cfg.train.checkpoint_every_updates)
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -564,20 +613,42 @@ class Trainer:
         finally:
             self.model.train()
 
+    def averaged_updates(self) -> list[int]:
+        """The updates of the checkpoints ``average`` takes: the last ``average_last`` saved
+        inside the run's final ``average_window`` ([] when that is one checkpoint)."""
+        from synattn_trainer.selection import last_in_window
+
+        t = self.cfg.train
+        saved = [ck.update_of(p) for p in ck.checkpoints(self.ckpt_dir)]
+        picked = last_in_window(saved, t.average_last, self.update, t.average_window)
+        return picked if len(picked) > 1 else []
+
     def average(self) -> Path | None:
-        """Average the last N checkpoints into ``averaged.pt`` (model weights and config)."""
+        """Average the checkpoints of ``averaged_updates`` (or keep the last one alone) into
+        ``averaged.pt``: model weights, config, and the updates that went in."""
         if self.rank != 0:
             return None
-        paths = ck.checkpoints(self.ckpt_dir)[-self.cfg.train.average_last :]
-        if not paths:
+        latest = ck.latest(self.ckpt_dir)
+        if latest is None:
             return None
+        updates = self.averaged_updates()
+        return self._write_final(updates or [ck.update_of(latest)], "averaged.pt", not updates)
+
+    def _write_final(self, updates: list[int], name: str, single: bool) -> Path:
+        """A model-only file of the checkpoints at ``updates`` (averaged when several), or of
+        the current weights when ``single`` and the update is this one."""
+        if single and updates == [self.update]:
+            weights = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        else:
+            weights = ck.average([self.ckpt_dir / f"ckpt-{u:08d}.pt" for u in updates])
         state = {
-            "model": ck.average(paths),
+            "model": weights,
             "config": self.cfg.model_dump(mode="json"),
             "vocab_size": self.tok.get_vocab_size(),
-            "averaged": [p.name for p in paths],
+            "selection": self.cfg.train.checkpoint_select,
+            "updates": updates,
         }
-        target = self.out / "averaged.pt"
+        target = self.out / name
         ck.atomic_save(state, target)
         return target
 
