@@ -9,7 +9,7 @@ import pytest
 
 from synattn_jobs.report import comparison, table_rows
 from synattn_jobs.store import JobStore
-from synattn_jobs.verdict import Verdict, compare_seeds, decide, paired_t_p, seed_warning
+from synattn_jobs.verdict import Verdict, compare_seeds, decide, holm, paired_t_p, seed_warning
 
 
 def test_paired_t_matches_the_textbook_value() -> None:
@@ -58,6 +58,24 @@ def test_identical_outputs_never_win_although_the_bootstrap_says_so() -> None:
     assert boot < 0.05  # sacreBLEU (multeval): a zero difference is not "chance"
     cmp = compare_seeds({1: 20.0, 2: 21.0, 3: 19.0}, {1: 20.0, 2: 21.0, 3: 19.0}, boot)
     assert cmp is not None and cmp.verdict is Verdict.INCONCLUSIVE
+
+
+def test_holm_adjustment() -> None:
+    """Holm's step-down: sorted p (0.005, 0.01, 0.03, 0.04) times (4, 3, 2, 1), made monotone."""
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, None, 0.9]) == [pytest.approx(1.0), None, pytest.approx(1.0)]
+    assert holm([]) == []
+    with pytest.raises(ValueError, match="not in"):
+        holm([1.5])
+
+
+def test_holm_turns_a_lone_marginal_win_inconclusive(tmp_path: Path) -> None:
+    """Five rows, each with p just under 0.05 alone: adjusted over the table, none is 'better'
+    unless its evidence survives the family (the README's claims table rule)."""
+    diffs, raw = [0.5, 0.4, 0.6], [0.04, 0.03, 0.045, 0.02, 0.049]
+    adjusted = holm(raw)
+    assert all(decide(diffs, p, p) is Verdict.BETTER for p in raw)
+    assert all(decide(diffs, p, p) is Verdict.INCONCLUSIVE for p in adjusted)
 
 
 def test_seed_warning_in_words() -> None:
@@ -109,7 +127,17 @@ def test_report_rows_carry_the_verdict(tmp_path: Path) -> None:
     assert rows["8L"]["is_baseline"] and rows["8L"]["verdict"] is None
     assert rep["warnings"] == []
     header, *cells = table_rows(rep)
-    assert header[4:9] == ["vs", "Δ BLEU", "p (seeds)", "p (bootstrap)", "verdict"]
+    assert header[4:9] == ["vs", "Δ BLEU", "p (seeds, Holm)", "p (bootstrap, Holm)", "verdict"]
+    # the verdicts stand on p-values adjusted over the table's two compared rows
+    assert rep["multiple_comparisons"] == {"method": "holm", "family": 2}
+    for row in (rows["good"], rows["noisy"]):
+        assert row["seed_p_holm"] >= row["seed_p"] and row["p_value_holm"] >= row["p_value"]
+        assert row["verdict_unadjusted"] == row["verdict"]
+    assert rows["good"]["averaged_updates"]["1"] == {
+        "updates": [],
+        "max_updates": None,
+        "selection": None,
+    }
     assert any(c[0] == "good" and c[8] == "better" for c in cells)
 
 

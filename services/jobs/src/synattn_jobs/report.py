@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from synattn_jobs.store import Experiment, Job
-from synattn_jobs.verdict import ALPHA, compare_seeds, seed_warning
+from synattn_jobs.verdict import ALPHA, compare_seeds, decide, holm, seed_warning
 from synattn_shared.atomic import atomic_write_text, atomic_write_with
 
 
@@ -67,6 +67,20 @@ def _ok(job: Job) -> bool:
     return job.state == "succeeded" and "bleu" in (job.result or {})
 
 
+def _adjust_for_the_table(rows: list[dict[str, Any]]) -> int:
+    """Holm-adjust each test's p-values over the rows compared with a baseline and base their
+    verdicts on the adjusted ones (the unadjusted verdict is kept); the family's size."""
+    family = [r for r in rows if r.get("diffs") is not None]
+    for raw, adjusted in (("seed_p", "seed_p_holm"), ("p_value", "p_value_holm")):
+        for row, p in zip(family, holm([r[raw] for r in family]), strict=True):
+            row[adjusted] = p
+    for row in family:
+        row["verdict_unadjusted"] = row["verdict"]
+        diffs = list(row["diffs"].values())
+        row["verdict"] = str(decide(diffs, row["seed_p_holm"], row["p_value_holm"]))
+    return len(family)
+
+
 def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[str, Any]:
     """The table's rows: one per variant x hyper-parameters, seeds aggregated, each measured
     against its baseline (the experiment's, or the variant's own from ``baselines``) with a
@@ -105,6 +119,14 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             )
             if done
             else None,
+            "averaged_updates": {
+                str(j.seed): {
+                    "updates": list(j.result.get("averaged_updates") or []),
+                    "max_updates": j.result.get("max_updates"),
+                    "selection": j.result.get("selection"),
+                }
+                for j in done
+            },
             "is_baseline": is_baseline,
             "vs": None if is_baseline else vs,
             "delta": None,
@@ -128,6 +150,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
                     diffs=dict(zip(map(str, cmp.seeds), cmp.diffs, strict=True)),
                 )  # fmt: skip
         rows.append(row)
+    family = _adjust_for_the_table(rows)
     rows.sort(key=lambda r: (not r["is_baseline"], r["variant"]))
     signature = next(
         (j.result.get("bleu_signature") for j in jobs if (j.result or {}).get("bleu_signature")),
@@ -143,6 +166,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
         "split": exp.spec.get("evaluate", {}).get("split", "valid"),
         "seeds": seeds,
         "alpha": ALPHA,
+        "multiple_comparisons": {"method": "holm", "family": family},
         "warnings": [warning] if warning else [],
         "rows": rows,
         "signature": signature,
@@ -155,8 +179,8 @@ def _fmt(v: Any, spec: str) -> str:
 
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
     """Formatted cells (header first), shared by the terminal and the HTML table."""
-    out = [["variant", "runs", "BLEU", "± std", "vs", "Δ BLEU", "p (seeds)", "p (bootstrap)",
-            "verdict", "chrF", "params", "tok/s"]]  # fmt: skip
+    out = [["variant", "runs", "BLEU", "± std", "vs", "Δ BLEU", "p (seeds, Holm)",
+            "p (bootstrap, Holm)", "verdict", "chrF", "params", "tok/s"]]  # fmt: skip
     for r in report["rows"]:
         runs = f"{r['succeeded']}/{r['runs']}"
         if r["succeeded"] < r["runs"]:
@@ -164,8 +188,9 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
         out.append(
             [r["variant"] + (" (baseline)" if r["is_baseline"] else ""), runs,
              _fmt(r["bleu_mean"], ".2f"), _fmt(r["bleu_std"], ".2f"),
-             r.get("vs") or "-", _fmt(r.get("delta"), "+.2f"), _fmt(r.get("seed_p"), ".4f"),
-             _fmt(r["p_value"], ".4f"), r.get("verdict") or "-",
+             r.get("vs") or "-", _fmt(r.get("delta"), "+.2f"),
+             _fmt(r.get("seed_p_holm", r.get("seed_p")), ".4f"),
+             _fmt(r.get("p_value_holm", r["p_value"]), ".4f"), r.get("verdict") or "-",
              _fmt(r["chrf_mean"], ".2f"), _fmt(r["parameters"], ",d"),
              _fmt(r["tokens_per_s"], ".0f")]
         )  # fmt: skip

@@ -8,7 +8,10 @@ baseline trained on the same seeds, and two tests are asked:
 - sacreBLEU's paired bootstrap on the pooled translations (test-set sampling noise).
 
 A variant is called ``better`` (``worse``) only when both give p < ``ALPHA`` and every seed's
-difference has the same sign; anything else is ``inconclusive``. With fewer than
+difference has the same sign; anything else is ``inconclusive``. A table compares several
+variants at once, so its verdicts use Holm-adjusted p-values over the table's rows (``holm``,
+each test's p-values adjusted as one family): five rows at 0.05 each would otherwise call some
+no-op "significant" about one table in four. With fewer than
 ``MIN_SEEDS`` seeds the verdict stands but the report warns in words that it is weak.
 
 Why the sign rule matters: sacreBLEU's paired bootstrap follows multeval and gives two
@@ -77,6 +80,21 @@ def decide(
     if all(d < 0 for d in diffs):
         return Verdict.WORSE
     return Verdict.INCONCLUSIVE
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of a family of p-values (None entries are not tests and
+    stay None): the k-th smallest of m becomes ``max_{j<=k} min(1, (m - j + 1) p_(j))``."""
+    tests = sorted((p, k) for k, p in enumerate(p_values) if p is not None)
+    m = len(tests)
+    out: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, k) in enumerate(tests):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p-value {p} is not in [0, 1]")
+        running = max(running, min(1.0, (m - rank) * p))
+        out[k] = running
+    return out
 
 
 def compare_seeds(
