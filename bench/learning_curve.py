@@ -1,0 +1,202 @@
+"""Learning curve: validation and test2016 BLEU every K updates until validation BLEU stops
+improving (issue 27: choose the study's budget from where the baseline converges).
+
+One process trains one system (a preset of ``synattn_trainer.presets`` on a config) and, every
+``--every`` updates, pauses to score its current weights: validation loss, validation BLEU and
+test2016 BLEU (cased detokenised sacreBLEU, and lowercased), with beam search as configured.
+It stops once ``--patience`` points in a row bring no better validation BLEU (or at
+``--max-updates``). Each point is appended to ``results/learning-curve/<system>-s<seed>.json``
+as it lands, with the training wall time per update, and ``curve.png`` is redrawn from every
+JSON file there.
+
+Killed? Run the same command again: training resumes exactly from its last checkpoint (kept
+under ``--home``), points already written are kept, a point whose scoring was cut off is
+scored again. Two systems side by side on a 2-core machine: two processes, ``--threads 1``.
+
+    make data
+    python bench/learning_curve.py --variant vanilla --seed 1 &
+    python bench/learning_curve.py --variant disagreement+routing --seed 1 &
+    python bench/learning_curve.py --plot-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+
+def load_points(path: Path) -> dict[str, Any]:
+    """The run's record so far (empty points when it has not started)."""
+    if path.is_file():
+        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return record
+    return {"points": []}
+
+
+def best_index(points: list[dict[str, Any]]) -> int:
+    """Index of the first point with the highest validation BLEU (-1 when none)."""
+    best, where = -1.0, -1
+    for k, p in enumerate(points):
+        if p["valid_bleu"] > best:
+            best, where = p["valid_bleu"], k
+    return where
+
+
+def converged(points: list[dict[str, Any]], patience: int) -> bool:
+    """Whether the last ``patience`` points brought no better validation BLEU."""
+    k = best_index(points)
+    return k >= 0 and len(points) - 1 - k >= patience
+
+
+def plot(results: Path) -> Path | None:
+    """``curve.png``: validation and test2016 BLEU against updates for every run in ``results``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted(p for p in results.glob("*-s*.json"))
+    if not runs:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for path in runs:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        pts = rec.get("points", [])
+        if not pts:
+            continue
+        ups = [p["update"] for p in pts]
+        for ax, key in zip(axes, ("valid_bleu", "test_bleu"), strict=True):
+            ax.plot(ups, [p[key] for p in pts], marker="o", ms=3, label=path.stem)
+    for ax, title in zip(axes, ("validation BLEU", "test2016 BLEU"), strict=True):
+        ax.set_title(title + " (cased sacreBLEU, single checkpoint)")
+        ax.set_xlabel("update")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("BLEU")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    out = results / "curve.png"
+    tmp = out.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, out)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("--config", type=Path, default=REPO / "examples/configs/m30k-conv.yaml")
+    ap.add_argument("--variant", default="vanilla", help="a preset name (synattn presets)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--every", type=int, default=500, help="updates between points")
+    ap.add_argument("--patience", type=int, default=4, help="points without a better valid BLEU")
+    ap.add_argument("--max-updates", type=int, default=20_000)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--home", type=Path, default=REPO / "build" / "curve")
+    ap.add_argument("--results", type=Path, default=REPO / "results" / "learning-curve")
+    ap.add_argument("--plot-only", action="store_true")
+    args = ap.parse_args()
+    if args.every < 1 or args.patience < 1 or args.max_updates < args.every:
+        raise SystemExit("--every and --patience must be >= 1 and --max-updates >= --every")
+    args.results.mkdir(parents=True, exist_ok=True)
+    if args.plot_only:
+        print(plot(args.results))
+        return
+
+    import torch
+    import yaml
+
+    torch.set_num_threads(args.threads)
+    from reproduce import git_commit, hardware
+
+    from synattn_shared.atomic import atomic_write_text
+    from synattn_trainer.config import resolve_config
+    from synattn_trainer.data import load_corpus
+    from synattn_trainer.evaluate import corpus_bleu
+    from synattn_trainer.presets import VARIANTS, merge
+    from synattn_trainer.train import Trainer
+
+    if args.variant not in VARIANTS:
+        raise SystemExit(f"unknown variant {args.variant!r}; known: {', '.join(VARIANTS)}")
+    raw = yaml.safe_load(args.config.read_text(encoding="utf-8"))
+    raw = merge(raw, VARIANTS[args.variant])
+    cfg = resolve_config(
+        raw,
+        args.config.parent,
+        {
+            "train.seed": args.seed,
+            "train.max_updates": args.max_updates,
+            "train.checkpoint_every_updates": args.every,
+            "train.keep_checkpoints": 10_000,  # every point's weights stay for later averaging
+            "train.patience": 0,
+            "train.bleu_every": 0,
+        },
+    )
+    name = f"{args.variant}-s{args.seed}"
+    run_dir = args.home / name
+    record_path = args.results / f"{name}.json"
+    record = load_points(record_path)
+    record.update(
+        system=args.variant,
+        seed=args.seed,
+        config=str(args.config.resolve().relative_to(REPO)),
+        every=args.every,
+        patience=args.patience,
+        command="python bench/learning_curve.py " + " ".join(sys.argv[1:]),
+        git_commit=git_commit(),
+        hardware=hardware(args.threads, 1),
+        resolved=cfg.model_dump(mode="json"),
+    )
+    points: list[dict[str, Any]] = record["points"]
+    scored = {p["update"] for p in points}
+    trainer = Trainer(cfg, run_dir, progress=False)
+    test_data = load_corpus(cfg.data.test or "", trainer.tok, source_eos=cfg.data.source_eos)
+
+    def score(train_s: float, updates: int) -> None:
+        t0 = time.perf_counter()
+        valid = trainer.validate()
+        vh = trainer.translate(trainer.valid_data)
+        th = trainer.translate(test_data)
+        point = {
+            "update": trainer.update,
+            "epoch": trainer.epoch,
+            **{k: round(v, 4) for k, v in valid.items()},
+            "valid_bleu": round(corpus_bleu(vh, trainer.valid_data.refs).score, 2),
+            "test_bleu": round(corpus_bleu(th, test_data.refs).score, 2),
+            "test_bleu_lc": round(corpus_bleu(th, test_data.refs, lowercase=True).score, 2),
+            "train_s": round(train_s, 1),
+            "s_per_update": round(train_s / updates, 4) if updates else None,
+            "eval_s": round(time.perf_counter() - t0, 1),
+        }
+        points.append(point)
+        record["best"] = points[best_index(points)]
+        atomic_write_text(record_path, json.dumps(record, indent=2) + "\n")
+        plot(args.results)
+        print(json.dumps(point), flush=True)
+
+    resumed = trainer.resume()
+    if resumed and trainer.update % args.every == 0 and trainer.update not in scored:
+        score(0.0, 0)  # killed while scoring this checkpoint
+    record["stopped"] = None
+    while not converged(points, args.patience) and trainer.update < args.max_updates:
+        start = trainer.update
+        target = (start // args.every + 1) * args.every
+        t0 = time.perf_counter()
+        trainer.train(stop_after_updates=target)
+        score(time.perf_counter() - t0, trainer.update - start)
+    record["stopped"] = "converged" if converged(points, args.patience) else "max_updates"
+    atomic_write_text(record_path, json.dumps(record, indent=2) + "\n")
+    print(f"{name}: {record['stopped']} at update {trainer.update}; best {record['best']}")
+
+
+if __name__ == "__main__":
+    main()
