@@ -104,10 +104,13 @@ def test_placements_follow_the_papers(m30k, corpus_and_tok) -> None:  # type: ig
     both = built("disagreement+routing")
     assert enc(both) == [["Disagreement", "Routing"]] * 2
     assert kinds(both, "enc_dec") == [["Disagreement"]] * 2
-    # seeds 000 and 001 train without source </s>; the others with it
-    for name in ("dea", "rhe+lpea", "rel_pos+rhe", "fixed-word", "8F", "1L", "8L"):
+    # seed 001 (OpenNMT-py) trains without source </s>; seed 000 (its Fig. 5 source ends in
+    # <EOS>, DECISIONS §1 revised) and the others with it
+    for name in ("fixed-word", "fixed-token", "8F", "1L", "8L"):
         assert preset_config(m30k, name).data.source_eos is False, name
-    for name in ("vanilla", "slr-gated", "headmask-impt", "disagreement+routing"):
+    with_eos = ("vanilla", "dea", "lpea", "rhe+dea", "rhe+lpea", "rhe-prune", "rel_pos+rhe",
+                "localness+rhe", "slr-gated", "headmask-impt", "disagreement+routing")  # fmt: skip
+    for name in with_eos:
         assert preset_config(m30k, name).data.source_eos is True, name
     assert preset_config(m30k, "8F").attention["enc_self"][0].options == {"fixed": 8}
 
