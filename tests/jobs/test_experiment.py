@@ -19,6 +19,7 @@ def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
     grid.write_text(yaml.safe_dump({
         "name": f"ci-{tmp_path.name}", "config": "tiny.yaml", "baseline": "vanilla",
         "variants": ["vanilla", "dea", "slr-gated"], "seeds": [1],
+        "protocols": {"slr-gated": "best_valid"},
         "evaluate": {"split": "valid", "analyze": True},
     }), encoding="utf-8")  # fmt: skip
     report_dir = tmp_path / "report"
@@ -26,7 +27,14 @@ def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
                         "--report-dir", str(report_dir), check=False, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    for name in ("vanilla (baseline)", "dea", "slr-gated", "p (bootstrap)", "verdict", "BLEU"):
+    for name in (
+        "vanilla (baseline)",
+        "dea",
+        "slr-gated",
+        "p (bootstrap, Holm)",
+        "verdict",
+        "BLEU",
+    ):
         assert name in out, out
     # one seed: every verdict is inconclusive, and the table says why in words
     assert "inconclusive" in out and "better" not in out and "worse" not in out
@@ -38,6 +46,16 @@ def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
     assert html.count("data:image/png;base64") == 5
     assert "Gates per layer and head: slr-gated-s1" in html
     assert "Head importance: dea-s1" in html
+    # every run also made the best-validation model; slr-gated's row is scored with it
+    import json
+
+    rows = {r["variant"]: r for r in json.loads((report_dir / "report.json").read_text())["rows"]}
+    assert rows["slr-gated"]["protocol"] == "best_valid"
+    assert rows["vanilla"]["protocol"] == "average"
+    runs = [p.parent for p in (embedded.root / "runs").rglob("hyp.valid.best_valid.txt")
+            if f"ci-{tmp_path.name}-" in str(p)]  # fmt: skip
+    assert sorted(p.name for p in runs) == ["dea-s1", "slr-gated-s1", "vanilla-s1"]
+    assert all((run / "best.pt").is_file() for run in runs)
     # the report command recomputes the same table from the store
     again = embedded.cli("report", f"ci-{tmp_path.name}", "--out", str(tmp_path / "r2"))
     assert "slr-gated" in again.stdout

@@ -141,6 +141,40 @@ def test_report_rows_carry_the_verdict(tmp_path: Path) -> None:
     assert any(c[0] == "good" and c[8] == "better" for c in cells)
 
 
+def test_a_row_and_its_baseline_are_scored_with_the_row_s_protocol(tmp_path: Path) -> None:
+    """Seed 004 reports single final models: with ``protocols: {div: last}`` the row compares
+    both systems' last checkpoints, not their averages (DECISIONS §7)."""
+    good = [f"ein hund läuft über die wiese nummer {i}" for i in range(60)]
+    poor = [f"eine katze sitzt {i}" for i in range(60)]
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
+    spec = {"seeds": [1, 2, 3], "protocols": {"div": "last"}, "evaluate": {"split": "test"}}
+    exp = store.create_experiment("e", "vanilla", spec)
+    refs = tmp_path / "ref.txt"
+    refs.write_text("".join(f"ein hund läuft über die wiese nummer {i}\n" for i in range(60)))
+    for name, averaged, last in (("vanilla", (30, good), (20, poor)), ("div", (20, poor),
+                                                                      (25, good))):  # fmt: skip
+        for seed in (1, 2, 3):
+            paths = {}
+            for kind, (_, lines) in (("average", averaged), ("last", last)):
+                paths[kind] = tmp_path / f"{name}-{seed}-{kind}.txt"
+                paths[kind].write_text("".join(line + "\n" for line in lines))
+            job = store.create_job("train", f"{name}-s{seed}", {}, str(tmp_path),
+                                   experiment_id=exp.id, variant=name, seed=seed)  # fmt: skip
+            store.claim(job.id, "w", 60)
+            by = {kind: {"bleu": score + seed / 10, "chrf": 50.0, "hyp": str(paths[kind])}
+                  for kind, (score, _) in (("average", averaged), ("last", last))}  # fmt: skip
+            store.finish(job.id, "succeeded", {
+                "bleu": by["average"]["bleu"], "chrf": 50.0, "hyp": str(paths["average"]),
+                "ref": str(refs), "selection": "average", "by_selection": by})  # fmt: skip
+    rep = comparison(exp, list(store.jobs(experiment_id=exp.id)), bootstrap=200)
+    rows = {r["variant"]: r for r in rep["rows"]}
+    div = rows["div"]
+    assert div["protocol"] == "last" and div["bleu_by_seed"] == {"1": 25.1, "2": 25.2, "3": 25.3}
+    # vanilla's last checkpoints (20.x), not its averages (30.x), are the baseline here
+    assert div["delta"] == pytest.approx(5.0) and div["verdict"] == "better"
+    assert rows["vanilla"]["protocol"] == "average" and rows["vanilla"]["bleu_mean"] == 30.2
+
+
 def test_identical_outputs_are_inconclusive_and_one_seed_warns(tmp_path: Path) -> None:
     same = [f"ein hund {i}" for i in range(60)]
     store, exp_id = _experiment(

@@ -37,11 +37,25 @@ def _group_key(job: Job) -> str:
     return f"{job.variant}" + (f" [{tag}]" if tag else "")
 
 
+def scored(job: Job, protocol: str | None = None) -> dict[str, Any]:
+    """A finished run's score under a final-model protocol (``average``, ``last``,
+    ``best_valid``): that model's BLEU, chrF and translations when the run made it, else its
+    primary model's. A comparison scores the system and its baseline with the same protocol."""
+    res = job.result or {}
+    other = (res.get("by_selection") or {}).get(protocol) if protocol else None
+    if other is not None:
+        return {"bleu": other["bleu"], "chrf": other["chrf"], "hyp": other["hyp"],
+                "selection": protocol}  # fmt: skip
+    return {"bleu": res.get("bleu"), "chrf": res.get("chrf"), "hyp": res.get("hyp"),
+            "selection": res.get("selection")}  # fmt: skip
+
+
 def _pooled_bootstrap(
     done: list[Job],
     base_jobs: dict[int, Job],
     samples: int,
     read: Callable[[str | None], list[str]],
+    protocol: str | None = None,
 ) -> float | None:
     """sacreBLEU's paired bootstrap p-value over every seed's output, each paired with the
     baseline's output of the same seed (pairs concatenated)."""
@@ -54,7 +68,8 @@ def _pooled_bootstrap(
         b = base_jobs.get(j.seed) if j.seed is not None else None
         if b is None or not _ok(b) or "hyp" not in b.result:
             continue
-        h, bh, r = read(j.result.get("hyp")), read(b.result["hyp"]), read(j.result.get("ref"))
+        h, bh = read(scored(j, protocol)["hyp"]), read(scored(b, protocol)["hyp"])
+        r = read(j.result.get("ref"))
         if h and len(h) == len(bh) == len(r):
             sys_h += h
             base_h += bh
@@ -90,6 +105,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
         groups[_group_key(job)].append(job)
     read = functools.cache(_lines)  # a baseline's outputs serve every row: read them once
     own_baselines: dict[str, str] = dict(exp.spec.get("baselines") or {})
+    protocols: dict[str, str] = dict(exp.spec.get("protocols") or {})
     baseline_names = {exp.baseline, *own_baselines.values()}
 
     def seeds_of(variant: str) -> dict[int, Job]:
@@ -100,8 +116,9 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
     rows = []
     for key, members in groups.items():
         done = [j for j in members if _ok(j)]
-        bleus = [j.result["bleu"] for j in done]
         variant = members[0].variant or key
+        protocol = protocols.get(variant)
+        bleus = [scored(j, protocol)["bleu"] for j in done]
         is_baseline = variant in baseline_names and not any(j.params for j in members)
         vs = own_baselines.get(variant, exp.baseline)
         row: dict[str, Any] = {
@@ -111,8 +128,11 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             "states": sorted({j.state for j in members}),
             "bleu_mean": statistics.fmean(bleus) if bleus else None,
             "bleu_std": statistics.stdev(bleus) if len(bleus) > 1 else None,  # one seed: no std
-            "bleu_by_seed": {str(j.seed): j.result["bleu"] for j in done},
-            "chrf_mean": statistics.fmean(j.result["chrf"] for j in done) if done else None,
+            "bleu_by_seed": {str(j.seed): scored(j, protocol)["bleu"] for j in done},
+            "chrf_mean": statistics.fmean(scored(j, protocol)["chrf"] for j in done)
+            if done
+            else None,
+            "protocol": protocol or (done[0].result.get("selection") if done else None),
             "parameters": done[0].result.get("parameters") if done else None,
             "tokens_per_s": statistics.median(
                 [j.result["tokens_per_s"] for j in done if j.result.get("tokens_per_s")] or [0]
@@ -137,10 +157,10 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
         }
         if done and not is_baseline:
             base_jobs = seeds_of(vs)
-            boot = _pooled_bootstrap(done, base_jobs, bootstrap, read)
+            boot = _pooled_bootstrap(done, base_jobs, bootstrap, read, protocol)
             cmp = compare_seeds(
-                {j.seed: j.result["bleu"] for j in done if j.seed is not None},
-                {s: b.result["bleu"] for s, b in base_jobs.items() if _ok(b)},
+                {j.seed: scored(j, protocol)["bleu"] for j in done if j.seed is not None},
+                {s: scored(b, protocol)["bleu"] for s, b in base_jobs.items() if _ok(b)},
                 boot,
             )
             row["p_value"] = boot
@@ -167,6 +187,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
         "seeds": seeds,
         "alpha": ALPHA,
         "multiple_comparisons": {"method": "holm", "family": family},
+        "protocols": protocols,
         "warnings": [warning] if warning else [],
         "rows": rows,
         "signature": signature,

@@ -81,20 +81,33 @@ def run_train(
         split = getattr(cfg.data, ev.split)
         if split is None:
             raise ValueError(f"evaluate.split {ev.split!r}: the config has no data.{ev.split}")
-        progress({"phase": f"translate {ev.split}"})
-        hyps = translate_split(Path(checkpoint), Path(split), beam=ev.beam)
         refs = [r["tgt"] for r in _rows(Path(split))]
         if ev.limit:
-            hyps, refs = hyps[: ev.limit], refs[: ev.limit]
-        hyp_path = out_dir / f"hyp.{ev.split}.txt"
-        ref_path = out_dir / f"ref.{ev.split}.txt"
-        _write_lines(hyp_path, hyps)
-        _write_lines(ref_path, refs)
-        bleu = corpus_bleu(hyps, refs)
-        out.update(
-            split=ev.split, bleu=round(bleu.score, 2), bleu_signature=str(bleu.signature),
-            chrf=round(corpus_chrf(hyps, refs).score, 2), hyp=str(hyp_path), ref=str(ref_path),
-        )  # fmt: skip
+            refs = refs[: ev.limit]
+        _write_lines(out_dir / f"ref.{ev.split}.txt", refs)
+        by_selection: dict[str, Any] = {}
+        for kind, model in _finals(result, checkpoint).items():
+            progress({"phase": f"translate {ev.split} ({kind})"})
+            hyps = translate_split(model, Path(split), beam=ev.beam)[: len(refs)]
+            # the primary selection keeps the plain name; the others carry theirs
+            primary = kind == result.selection
+            hyp_path = out_dir / (
+                f"hyp.{ev.split}.txt" if primary else f"hyp.{ev.split}.{kind}.txt"
+            )
+            _write_lines(hyp_path, hyps)
+            bleu = corpus_bleu(hyps, refs)
+            by_selection[kind] = {
+                "bleu": round(bleu.score, 2), "chrf": round(corpus_chrf(hyps, refs).score, 2),
+                "hyp": str(hyp_path), "checkpoint": str(model),
+                "updates": result.final_updates.get(kind, []),
+            }  # fmt: skip
+            if primary:
+                out.update(
+                    split=ev.split, bleu=by_selection[kind]["bleu"],
+                    bleu_signature=str(bleu.signature), chrf=by_selection[kind]["chrf"],
+                    hyp=str(hyp_path), ref=str(out_dir / f"ref.{ev.split}.txt"),
+                )  # fmt: skip
+        out["by_selection"] = by_selection
         progress({"bleu": out["bleu"]})
         if ev.analyze:
             from synattn_trainer.analysis import analyze
@@ -107,6 +120,16 @@ def run_train(
                 importance_variance=summary["importance_variance"],
             )
     return out
+
+
+def _finals(result: Any, checkpoint: Path) -> dict[str, Path]:
+    """Every final model the run made (``train.checkpoint_select`` and ``extra_selections``),
+    the primary one first; the evaluated checkpoint alone for a result without them."""
+    finals: dict[str, Path] = dict(getattr(result, "finals", {}) or {})
+    primary = result.selection if result.selection in finals else None
+    if primary is None:
+        return {result.selection: Path(checkpoint)}
+    return {primary: finals[primary], **{k: v for k, v in finals.items() if k != primary}}
 
 
 def _rows(data: Path) -> list[dict[str, Any]]:

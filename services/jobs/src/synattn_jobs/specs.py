@@ -84,6 +84,13 @@ class ExperimentSpec(Spec):
         description="a variant's own baseline where it is not ``baseline`` (for example a "
         "paper's systems trained without a source </s> against 8L)",
     )
+    protocols: dict[Slug, Literal["average", "last", "best_valid"]] = Field(
+        default_factory=dict,
+        max_length=200,
+        description="a variant's final-model protocol where its paper had its own (seed 004: "
+        "the last checkpoint; seed 003: the best on validation loss): the variant and its "
+        "baseline are both scored with it; every run of the grid makes those models too",
+    )
     variants: (
         Annotated[list[Slug], Field(min_length=1, max_length=200)]
         | Annotated[dict[Slug, dict[str, Any]], Field(min_length=1, max_length=200)]
@@ -144,6 +151,10 @@ class ExperimentSpec(Spec):
                 raise BadJobSpec(
                     f"baselines: {variant!r} -> {base!r} names a variant the grid does not have"
                 )
+        for variant in self.protocols:
+            if variant not in fragments:
+                raise BadJobSpec(f"protocols: {variant!r} is not one of the variants")
+        extra = sorted(set(self.protocols.values()))
         keys = sorted(self.params)
         combos = [
             dict(zip(keys, vals, strict=True))
@@ -160,6 +171,8 @@ class ExperimentSpec(Spec):
                     except UnsafePath as exc:
                         raise BadJobSpec(f"grid values make a bad run name: {exc}") from None
                     overrides = {**self.overrides, **combo, **fragment, "train.seed": seed}
+                    if extra:
+                        overrides["train.extra_selections"] = extra
                     jobs.append(
                         {"name": name, "variant": variant, "seed": seed, "params": combo,
                          "spec": TrainJobSpec(config=self.config, overrides=overrides,

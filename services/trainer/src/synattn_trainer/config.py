@@ -143,6 +143,12 @@ class TrainLoopConfig(Strict):
         "the final average_window (fairseq's recipes; seeds 000-002), the last checkpoint "
         "(seed 004: single models), or the checkpoint of best validation loss (seed 003)",
     )
+    extra_selections: list[Literal["average", "last", "best_valid"]] = Field(
+        default_factory=list,
+        max_length=3,
+        description="final models made besides checkpoint_select's, from the same run (an "
+        "experiment comparing several papers scores each comparison with its paper's protocol)",
+    )
     average_last: int = Field(10, ge=1)
     average_window: float = Field(
         0.25,
@@ -155,6 +161,10 @@ class TrainLoopConfig(Strict):
     bleu_max_sentences: int = Field(0, ge=0, description="0 = the whole validation set")
     log_every: int = Field(50, ge=1)
 
+    def selections(self) -> list[str]:
+        """The final models this run makes: checkpoint_select's first, then the extra ones."""
+        return list(dict.fromkeys([self.checkpoint_select, *self.extra_selections]))
+
     @model_validator(mode="after")
     def _averaging_at_the_end(self) -> TrainLoopConfig:
         """Averaging every K updates must fit the final window (per-epoch saving is checked
@@ -162,7 +172,7 @@ class TrainLoopConfig(Strict):
         from synattn_trainer.selection import averaging_error
 
         k = self.checkpoint_every_updates
-        if self.checkpoint_select == "average" and k:
+        if "average" in self.selections() and k:
             why = averaging_error(self.max_updates, k, self.average_last, self.average_window)
             if why:
                 raise ValueError(why)

@@ -181,6 +181,8 @@ class TrainResult:
     stopped: Stop
     selection: str = "last"  # how the final model was chosen (train.checkpoint_select)
     averaged_updates: list[int] = field(default_factory=list)  # [] for a single checkpoint
+    finals: dict[str, Path] = field(default_factory=dict)  # every selection made: its model
+    final_updates: dict[str, list[int]] = field(default_factory=dict)  # and its updates
 
 
 class Trainer:
@@ -252,7 +254,7 @@ class Trainer:
         """Refuse, before any training, an average of per-epoch checkpoints that would reach
         outside the run's final window (DECISIONS §7; K-update saving is checked by the config)."""
         t = self.cfg.train
-        if t.checkpoint_select != "average" or t.checkpoint_every_updates or t.average_last <= 1:
+        if "average" not in t.selections() or t.checkpoint_every_updates or t.average_last <= 1:
             return
         from synattn_trainer.selection import averaging_error
 
@@ -308,7 +310,7 @@ class Trainer:
             path = self.ckpt_dir / ck.RESUME_NAME
             ck.atomic_save(self.state_dict(), path)
             return path
-        if self.cfg.train.checkpoint_select == "best_valid":
+        if "best_valid" in self.cfg.train.selections():
             loss = self.validate()["valid_loss"]
             if loss < self.best_select[0]:
                 self.best_select = (loss, self.update)
@@ -508,21 +510,33 @@ class Trainer:
         """Choose the final model, log the dev-set gates and the end; what the run produced."""
         done = stop not in (Stop.INTERRUPTED, Stop.CANCELLED)
         select = self.cfg.train.checkpoint_select
-        final: Path | None = None
-        updates: list[int] = []
+        finals: dict[str, Path] = {}
+        updates: dict[str, list[int]] = {}
+        last = ck.latest(self.ckpt_dir)
         if done and self.rank == 0:
-            if select == "average":
-                final = self.average()
-                updates = self.averaged_updates()
-            elif select == "best_valid":
-                final = self.out / "best.pt"
+            for kind in self.cfg.train.selections():
+                path = self._final_model(kind, last)
+                if path is not None:
+                    finals[kind] = path
+                    updates[kind] = self.averaged_updates() if kind == "average" else []
             self._log_dev_gates()
+        chosen = finals.get(select)
         self.log({"event": "end", "update": self.update, "epoch": self.epoch, "stopped": stop,
-                  "selection": select, "averaged_updates": updates})  # fmt: skip
+                  "selection": select, "averaged_updates": updates.get(select, []),
+                  "finals": {k: str(v) for k, v in finals.items()}})  # fmt: skip
         return TrainResult(
-            self.update, self.epoch, self.best_valid, ck.latest(self.ckpt_dir), final, stop,
-            select, updates,
+            self.update, self.epoch, self.best_valid, last, None if chosen == last else chosen,
+            stop, select, updates.get(select, []), finals, updates,
         )  # fmt: skip
+
+    def _final_model(self, kind: str, last: Path | None) -> Path | None:
+        """The file of one final-model selection: averaged.pt, the last checkpoint, best.pt."""
+        if kind == "average":
+            return self.average()
+        if kind == "best_valid":
+            best = self.out / "best.pt"
+            return best if best.is_file() else None
+        return last
 
     def _log_dev_gates(self) -> None:
         """Gated SLR: the gates over the dev set in eval mode (what seed 003 Fig. 3 shows),
