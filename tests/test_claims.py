@@ -44,10 +44,43 @@ def test_table_rows_come_from_the_reports(tmp_path: Path) -> None:
         "budget": {"model": "3+3 layers", "max_updates": 600, "max_tokens": 2048},
         "hardware": {"device": "cpu", "cpu_count": 2, "threads_per_worker": 1},
     }))  # fmt: skip
-    text = c.render(tmp_path)
+    text = c.render(tmp_path, study="exp")
     line = next(x for x in text.splitlines() if "`slr-gated`" in x)
     assert "+1.25 ± 0.35 vs vanilla" in line and "**inconclusive**" in line
+    # one measured row: the Holm family has one member, the p-values stay
     assert "| 0.200 | 0.010 |" in line and "2 of 3 so far" in line
+    assert "final model: average" in line and "≤2048 padded tokens" in line
     assert "not measured yet" in next(x for x in text.splitlines() if "`rhe+lpea`" in x)
     assert "+2.25 ± 0.35 BLEU over 2 seeds" in text  # vanilla minus 8L
-    assert "larger than every method's mean" in text
+    assert "larger in size than every method's mean" in text
+
+
+def test_verdicts_stand_on_p_values_adjusted_over_the_table(tmp_path: Path) -> None:
+    """Two rows, each 'better' alone at p = 0.04: Holm over the table's rows makes the larger
+    one 0.08, so that row's verdict is inconclusive; the early table is labelled as such."""
+    c = claims()
+    for name in ("study-conv", "headline-tiny8"):
+        exp = tmp_path / name
+        exp.mkdir()
+        rows = [
+            {"variant": "vanilla", "bleu_by_seed": {"1": 20.0, "2": 21.0, "3": 20.0},
+             "is_baseline": True},
+            {"variant": "slr-gated", "vs": "vanilla", "delta": 1.0,
+             "diffs": {"1": 1.0, "2": 1.1, "3": 0.9}, "seed_p": 0.01, "p_value": 0.04},
+            {"variant": "fixed-word", "vs": "8L", "delta": 2.0,
+             "diffs": {"1": 2.0, "2": 2.1, "3": 1.9}, "seed_p": 0.01, "p_value": 0.04},
+        ]  # fmt: skip
+        (exp / "report.json").write_text(json.dumps({"name": name, "seeds": [1, 2, 3],
+                                                     "rows": rows}))  # fmt: skip
+        (exp / "run.json").write_text(json.dumps({
+            "budget": {"model": "3+3 layers", "max_updates": 4000, "max_tokens": 4096},
+            "hardware": {"device": "cpu", "cpu_count": 2, "threads_per_worker": 1},
+        }))  # fmt: skip
+    text = c.render(tmp_path)
+    study, early = text.split("**Early training, previous protocol**")
+    for part in (study, early):
+        lines = {s: next(x for x in part.splitlines() if f"`{s}`" in x and "|" in x)
+                 for s in ("slr-gated", "fixed-word")}  # fmt: skip
+        for line in lines.values():
+            assert "| 0.020 | 0.080 | **inconclusive** |" in line, line
+    assert "not evidence about the papers" in early

@@ -103,5 +103,10 @@ def test_grid_expansion() -> None:
     assert "slr-gated-s3-lr0.002" in names and len(names) == 12
     own = ExperimentSpec(name="e", config="c.yaml", variants={"vanilla": {}, "mine": {"x": 1}})
     assert own.expand(200)[1]["spec"].overrides == {"x": 1, "train.seed": 1}
+    # a grid's fragment under a preset's name refines the preset
+    tuned = ExperimentSpec(name="e", config="c.yaml", variants={
+        "vanilla": {}, "slr-gated": {"data": {"max_len": 100}}})  # fmt: skip
+    over = tuned.expand(200)[1]["spec"].overrides
+    assert over["data"] == {"max_len": 100} and over["attention"]["enc_self"][0]["name"] == "slr"
     with pytest.raises(BadJobSpec, match="baseline"):
         ExperimentSpec(name="e", config="c", variants=["dea"]).expand(200)

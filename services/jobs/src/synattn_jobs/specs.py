@@ -115,10 +115,13 @@ class ExperimentSpec(Spec):
         )
 
     def variant_fragments(self) -> dict[str, dict[str, Any]]:
-        """Each variant's config fragment: a preset by name, or the grid's own."""
+        """Each variant's config fragment: a preset by name, or the grid's own; a grid's own
+        fragment under a preset's name refines that preset (nested mappings merge, anything
+        else replaces), e.g. LPEA's clip calibrated to the data's trees."""
+        from synattn_trainer.presets import VARIANTS, merge
+
         if isinstance(self.variants, dict):
-            return dict(self.variants)
-        from synattn_trainer.presets import VARIANTS
+            return {v: merge(VARIANTS.get(v, {}), frag) for v, frag in self.variants.items()}
 
         unknown = [v for v in self.variants if v not in VARIANTS]
         if unknown:

@@ -1,0 +1,174 @@
+"""RHE's head labels over training: how often would a head count as important, and why not?
+
+Seed 000's RHE enlivens a head with syntax for a sentence when its syntactic mass does not beat
+its dynamic gate, ``Syn_attn <= sigmoid(h_conf)`` (METHODS-syntax §3.2): a head is important
+only if more than half (50-73%) of its attention lies on the word itself, its dependency head or
+its dependents. In the 600-update study almost no head ever passed, so RHE enlivened every
+head ("+LPEA+RHE" became "+LPEA"). This script measures the labels on a dev set for each
+checkpoint of a run and takes the three suspects apart:
+
+- **budget**: the label rate against the update of the checkpoint (a learning curve's run keeps
+  one every K updates);
+- **EOS**: the mass on the source ``</s>`` counts as non-syntactic; the rate is also given with
+  ``</s>`` taken out of the keys and each row renormalised (a model without a source EOS);
+- **threshold**: the rate under a fixed gate of 0.5 (seed 000 Fig. 4) beside the dynamic gate,
+  and the mean ``Syn_attn`` and ``sigmoid(h_conf)`` they are compared with.
+
+A vanilla checkpoint's plain attention is what RHE would label; an RHE checkpoint reports the
+labels its own layer computed. Prints one table row per checkpoint and layer and writes JSON.
+
+    python bench/rhe_labels.py build/curve/vanilla-s1 --every 1000 --out results/rhe-labels/x.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def layer_labels(
+    probs: torch.Tensor, related: torch.Tensor, real: torch.Tensor, eos: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Per (sentence, head) of one layer: the labels under each reading, and the measures.
+
+    ``probs`` ``[B, H, T, T]`` plain attention; ``related`` ``[B, T, T]`` (dep hops <= 1);
+    ``real`` and ``eos`` ``[B, T]`` masks of real positions and of the source ``</s>``."""
+    from synattn_trainer.variants.rhe import head_measures
+
+    query = real & ~eos
+    h_conf, syn = head_measures(probs, related, query, real)
+    keys = real & ~eos
+    no_eos = probs.float().masked_fill(~keys[:, None, None, :], 0.0)
+    no_eos = no_eos / no_eos.sum(-1, keepdim=True).clamp(min=1e-9)
+    h_conf_x, syn_x = head_measures(no_eos, related, query, keys)
+    q = query[:, None, :].float()
+    eos_mass = (probs.float() * eos[:, None, None, :].float()).sum(-1)
+    return {
+        "dynamic": syn > torch.sigmoid(h_conf),
+        "fixed_0.5": syn > 0.5,
+        "dynamic_no_eos": syn_x > torch.sigmoid(h_conf_x),
+        "syn_attn": syn,
+        "gate": torch.sigmoid(h_conf),
+        "eos_mass": (eos_mass * q).sum(-1) / q.sum(-1).clamp(min=1),
+    }
+
+
+@torch.no_grad()
+def measure(checkpoint: Path, data: Path, layers: list[int] | None) -> dict[str, Any]:
+    """Label rates per encoder layer of one checkpoint on a split."""
+    from synattn_shared.requests import DeaMask
+    from synattn_trainer.data import load_corpus, make_batch, token_batches
+    from synattn_trainer.tokenizer import EOS_ID, PAD_ID, load_tokenizer
+    from synattn_trainer.train import load_model
+    from synattn_trainer.variants.rhe import Rhe
+
+    model, cfg = load_model(checkpoint)
+    tok = load_tokenizer(cfg.data.tokenizer)
+    corpus = load_corpus(data, tok, source_eos=cfg.data.source_eos)
+    enc = [(i, m) for kind, i, m in model.attention_modules() if kind == "enc_self"]
+    enc = [(i, m) for i, m in enc if layers is None or i in layers]
+    requests = {*model.feature_requests(), DeaMask()}
+    parts: dict[int, dict[str, list[torch.Tensor]]] = {i: {} for i, _ in enc}
+    for _, m in enc:
+        m.keep_probs = True
+    try:
+        for index in token_batches(
+            [len(s) for s in corpus.src], [len(t) - 1 for t in corpus.tgt], 2048, 0, -1
+        ):
+            b = make_batch(corpus, index, requests)
+            model.encode(b.src, b.syntax)
+            real, eos = b.src.ne(PAD_ID), b.src.eq(EOS_ID)
+            for i, m in enc:
+                rhe = [v for v in m.variant.members() if isinstance(v, Rhe)]
+                if rhe:  # the labels the model itself used (its applied attention is mixed)
+                    assert rhe[0].last_labels is not None
+                    got = {"dynamic": rhe[0].last_labels}
+                else:
+                    assert m.last_probs is not None
+                    got = layer_labels(m.last_probs, b.syntax[DeaMask()], real, eos)
+                for key, value in got.items():
+                    parts[i].setdefault(key, []).append(value.float().cpu())
+    finally:
+        for _, m in enc:
+            m.keep_probs, m.last_probs = False, None
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    out: dict[str, Any] = {
+        "checkpoint": str(checkpoint),
+        "update": state.get("update"),
+        "source_eos": cfg.data.source_eos,
+        "sentences": len(corpus),
+        "layers": {},
+    }
+    for i, got in parts.items():
+        cat = {k: torch.cat(v) for k, v in got.items()}  # [sentences, H]
+        rec: dict[str, Any] = {}
+        for key in ("dynamic", "fixed_0.5", "dynamic_no_eos"):
+            if key in cat:
+                lab = cat[key]
+                rec[key] = {
+                    "head_sentence_share": round(float(lab.mean()), 4),
+                    "sentences_with_any": round(float(lab.amax(1).mean()), 4),
+                    "per_head": [round(float(x), 4) for x in lab.mean(0)],
+                }
+        for key in ("syn_attn", "gate", "eos_mass"):
+            if key in cat:
+                rec[f"mean_{key}"] = round(float(cat[key].mean()), 4)
+        out["layers"][str(i)] = rec
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("run", type=Path, help="a run directory (its checkpoints/) or a checkpoint")
+    ap.add_argument("--data", type=Path, default=REPO / "build/m30k/valid")
+    ap.add_argument("--every", type=int, default=1, help="every n-th update multiple of this")
+    ap.add_argument("--layers", type=int, nargs="*", default=None, help="encoder layers (all)")
+    ap.add_argument("--out", type=Path, default=None, help="JSON file (default: print only)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    if args.run.is_file():
+        ckpts = [args.run]
+    else:
+        from synattn_trainer.checkpoint import checkpoints, update_of
+
+        ckpts = [
+            p for p in checkpoints(args.run / "checkpoints") if update_of(p) % args.every == 0
+        ]
+    if not ckpts:
+        raise SystemExit(f"{args.run}: no checkpoints")
+    results = []
+    print(f"{'update':>7} {'layer':>5} {'dynamic':>8} {'any':>6} {'no-EOS':>7} {'gate0.5':>8} "
+          f"{'Syn_attn':>9} {'gate':>6} {'EOS mass':>9}")  # fmt: skip
+    for path in ckpts:
+        res = measure(path, args.data, args.layers)
+        results.append(res)
+        for layer, rec in res["layers"].items():
+
+            def share(key: str, rec: dict[str, Any] = rec) -> str:
+                return f"{rec[key]['head_sentence_share']:.3f}" if key in rec else "-"
+
+            print(f"{res['update']:>7} {layer:>5} {share('dynamic'):>8} "
+                  f"{rec['dynamic']['sentences_with_any']:>6.3f} {share('dynamic_no_eos'):>7} "
+                  f"{share('fixed_0.5'):>8} {rec.get('mean_syn_attn', float('nan')):>9.3f} "
+                  f"{rec.get('mean_gate', float('nan')):>6.3f} "
+                  f"{rec.get('mean_eos_mass', float('nan')):>9.3f}", flush=True)  # fmt: skip
+    if args.out:
+        from synattn_shared.atomic import atomic_write_text
+
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        record = {"command": "python bench/rhe_labels.py " + " ".join(sys.argv[1:]),
+                  "data": str(args.data), "checkpoints": results}  # fmt: skip
+        atomic_write_text(args.out, json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

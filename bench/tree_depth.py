@@ -1,0 +1,107 @@
+"""How deep are the constituency trees LPEA and SLR read, and which LPEA clip ``k`` fits them?
+
+Seed 000 tuned LPEA's clip ``k = 6`` to Berkeley-parser trees whose maximum phrase layer averaged
+11.13 on its training set, and states the rule: the best ``k`` is where the ``2k + 1`` relative
+phrasal positions cover the average maximum layer (k = 5 and 6 bracket 11.13). synattn's
+default Multi30k parse is spaCy's dependency parse with constituency *derived* from it
+(METHODS-syntax §5), on sentences half as long: this prints, per split, the parse source (from
+the manifest), the average / median / 90th percentile of the per-sentence maximum layer, the
+share of related off-diagonal pairs whose ``|RP|`` a clip ``k`` would cut, the ``k`` seed 000's
+rule gives, and the maximum syntactic distance (SLR's ``tau`` is in distance units).
+
+    make data
+    python bench/tree_depth.py [--data build/m30k] [--out results/tree-depth/multi30k.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SEED_000_MAX_LAYER = 11.13
+
+
+def split_stats(directory: Path) -> dict[str, Any]:
+    """Depth statistics of one shard directory."""
+    from synattn_shared.shards import ShardDataset
+    from synattn_shared.syntax.phrase import local_phrase_spans, related
+
+    ds = ShardDataset(directory)
+    max_layer: list[int] = []
+    max_dist: list[int] = []
+    rp_abs = np.zeros(64, dtype=np.int64)  # histogram of |RP| on related off-diagonal pairs
+    for row in ds.iter_rows(columns=["const_layer", "syn_dist", "has_syntax"]):
+        if not row["has_syntax"] or not len(row["const_layer"]):
+            continue
+        layer = np.asarray(row["const_layer"], dtype=np.int64)
+        dist = np.asarray(row["syn_dist"], dtype=np.int64)
+        max_layer.append(int(layer.max()))
+        if len(dist):
+            max_dist.append(int(dist.max()))
+        start, end = local_phrase_spans(dist)
+        rel = related(start, end)
+        np.fill_diagonal(rel, False)
+        diff = np.abs(layer[None, :] - layer[:, None])[rel]
+        rp_abs += np.bincount(np.minimum(diff, 63), minlength=64)
+    ml = np.asarray(max_layer)
+    pairs = int(rp_abs.sum())
+    cut = {str(k): round(float(rp_abs[k + 1 :].sum() / max(pairs, 1)), 4) for k in range(0, 9)}
+    return {
+        "sentences": len(ml),
+        "max_layer_mean": round(float(ml.mean()), 2),
+        "max_layer_median": float(np.median(ml)),
+        "max_layer_p90": float(np.percentile(ml, 90)),
+        "related_pairs": pairs,
+        "share_cut_by_k": cut,
+        "max_syn_dist_mean": round(float(np.mean(max_dist)), 2),
+    }
+
+
+def rule_k(mean_max_layer: float) -> tuple[int, int]:
+    """Seed 000's rule: the ``k`` values whose ``2k + 1`` bracket the average maximum layer."""
+    low = max(0, math.floor((mean_max_layer - 1) / 2))
+    return low, low + 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("--data", type=Path, default=REPO / "build" / "m30k")
+    ap.add_argument("--splits", nargs="*", default=["train", "valid", "test2016"])
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    report: dict[str, Any] = {"command": "python bench/tree_depth.py " + " ".join(sys.argv[1:])}
+    for split in args.splits:
+        manifest = json.loads((args.data / split / "manifest.json").read_text(encoding="utf-8"))
+        stats = split_stats(args.data / split)
+        stats["parser"] = manifest.get("parser")
+        report[split] = stats
+        lo, hi = rule_k(stats["max_layer_mean"])
+        parse = stats["parser"] or {}
+        source = f"{parse.get('model')} ({parse.get('constituency')})"
+        print(f"{split}: {stats['sentences']} sentences, parse {source}; maximum layer "
+              f"mean {stats['max_layer_mean']} (median {stats['max_layer_median']:g}, p90 "
+              f"{stats['max_layer_p90']:g}; seed 000: {SEED_000_MAX_LAYER}); seed 000's rule: "
+              f"k = {lo} or {hi}; related pairs cut by k=2/3/4/6: "
+              f"{stats['share_cut_by_k']['2']:.2%} / {stats['share_cut_by_k']['3']:.2%} / "
+              f"{stats['share_cut_by_k']['4']:.2%} / {stats['share_cut_by_k']['6']:.2%}; maximum "
+              f"syntactic distance mean {stats['max_syn_dist_mean']}")  # fmt: skip
+    report["seed_000_max_layer"] = SEED_000_MAX_LAYER
+    report["rule_k"] = list(rule_k(report[args.splits[0]]["max_layer_mean"]))
+    if args.out:
+        from synattn_shared.atomic import atomic_write_text
+
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
