@@ -1,0 +1,42 @@
+"""Training on a GPU (issue 27's GPU part): CUDA with bf16 autocast, for vanilla and for
+variants that bring their own kernels' inputs (bias, mask, routing). Runs only where CUDA
+exists; on a CPU-only machine (CI, this project's development machines) it skips and says so."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from synattn_trainer.train import Trainer
+from tests.trainer.conftest import tiny_config
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device on this machine (CPU-only torch)"
+)
+
+
+@pytest.mark.parametrize(
+    "attention",
+    [
+        {},
+        {"enc_self": [{"name": "dea", "layers": [0]}]},
+        {"enc_self": [{"name": "slr", "options": {"mode": "gated"}}]},
+        {"enc_self": [{"name": "routing", "layers": [0]}]},
+    ],
+    ids=["vanilla", "dea", "slr-gated", "routing"],
+)
+def test_trains_on_cuda_in_bf16(m30k: dict[str, Path], tmp_path: Path, attention: dict) -> None:  # type: ignore[type-arg]
+    cfg = tiny_config(m30k, attention=attention, train={"max_updates": 30, "precision": "auto",
+                                                         "average_last": 1})  # fmt: skip
+    trainer = Trainer(cfg, tmp_path / "run", device=torch.device("cuda"), progress=False)
+    assert trainer.autocast_dtype is torch.bfloat16  # auto: bf16 on CUDA
+    start = trainer.validate()["valid_loss"]
+    result = trainer.train()
+    end = trainer.validate()["valid_loss"]
+    assert result.update == 30 and math.isfinite(end) and end < start
+    assert all(p.device.type == "cuda" for p in trainer.model.parameters())
+    hyps = trainer.translate(trainer.valid_data, limit=8)
+    assert len(hyps) == 8
