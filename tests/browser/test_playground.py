@@ -43,6 +43,36 @@ def cells(driver: WebDriver, level: str, feature: str) -> list[str]:
     )
 
 
+def crossed_labels(driver: WebDriver) -> list[str]:
+    """Labels of displaCy's arcs that another arc's line runs through (sampled every 2 px),
+    or that overlap another label: what makes nested arcs' labels unreadable."""
+    return list(driver.execute_script("""
+        const svg = document.querySelector('#arcs svg.displacy');
+        const groups = [...svg.querySelectorAll('g.displacy-arrow')];
+        const boxes = groups.map(g => g.querySelector('text').getBoundingClientRect());
+        const out = [];
+        const m = svg.getScreenCTM();
+        groups.forEach((g, i) => {
+          const b = boxes[i];
+          const label = g.querySelector('textPath').textContent;
+          groups.forEach((other, j) => {
+            if (i === j) return;
+            const path = other.querySelector('path.displacy-arc');
+            const len = path.getTotalLength();
+            for (let s = 0; s <= len; s += 2) {
+              const p = path.getPointAtLength(s).matrixTransform(m);
+              if (p.x > b.left + 1 && p.x < b.right - 1 && p.y > b.top + 1 && p.y < b.bottom - 1) {
+                out.push(label + ' crossed by arc ' + j); return;
+              }
+            }
+            const o = boxes[j];
+            if (j > i && b.left < o.right && o.left < b.right && b.top < o.bottom && o.top < b.bottom)
+              out.push(label + ' overlaps label ' + j);
+          });
+        });
+        return out;"""))  # fmt: skip
+
+
 def test_playground_draws_arcs_tree_and_heatmaps(playground: str, browser: WebDriver,
                                                  tmp_path: Path) -> None:  # fmt: skip
     page = httpx.get(playground + "/")
@@ -56,6 +86,7 @@ def test_playground_draws_arcs_tree_and_heatmaps(playground: str, browser: WebDr
     arcs = browser.find_elements(By.CSS_SELECTOR, "#arcs svg.displacy .displacy-arc")
     labels = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#arcs svg textPath")]
     assert len(arcs) == 6 and "nsubj" in labels
+    assert not crossed_labels(browser), crossed_labels(browser)
     # the tree: derived from the dependencies, and says so; every word is a leaf
     leaves = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#tree svg text.leaf")]
     assert leaves == SENTENCE.split()
@@ -71,6 +102,14 @@ def test_playground_draws_arcs_tree_and_heatmaps(playground: str, browser: WebDr
     hover = browser.find_element(By.CSS_SELECTOR, "#heatmaps-word td.cell").get_attribute("title")
     assert hover is not None and hover.startswith("Bush → Bush:")
     shot = screenshot(browser, tmp_path / "playground.png")
+    # nested arcs keep their labels clear of every other arc (displaCy spacing, issue 29)
+    nested = "A man in a blue shirt is standing on a ladder cleaning the windows of a bus ."
+    browser.get(f"{playground}/?text={quote(nested)}&pretok=1&tau=10&k=6")
+    wait_for(browser, "document.body.dataset.parsed")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#arcs .displacy-arc")) == 17
+    assert not crossed_labels(browser), crossed_labels(browser)
+    browser.get(url)
+    wait_for(browser, "document.body.dataset.parsed")
     if os.environ.get("SYNATTN_UPDATE_SCREENSHOTS"):
         DOCS.mkdir(exist_ok=True)
         shutil.copy(shot, DOCS / "playground.png")

@@ -33,8 +33,11 @@ DESCRIPTIONS = {
     403: "Invalid or revoked token",
     404: "No such resource (or not yours)",
     408: "The request was not received in time",
+    409: "The resource is not in a state that allows this (the message says why)",
     413: "Request or response too large (the limit is in the message)",
     422: "Invalid input (the message names the field)",
+    501: "Not available in this installation",
+    502: "A service this one relies on failed",
     503: "Not ready or temporarily unavailable; retry",
 }
 

@@ -14,7 +14,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from synattn_jobs.errors import BadJobSpec
-from synattn_jobs.routes import artifacts, events, experiments, health, jobs, tokens
+from synattn_jobs.routes import (
+    artifacts,
+    attention,
+    events,
+    experiments,
+    health,
+    jobs,
+    tokens,
+)
 from synattn_jobs.settings import JobSettings, get_settings
 from synattn_jobs.store import JobStore
 from synattn_shared.asgi import BodyLimit
@@ -39,7 +47,7 @@ def create_app(settings: JobSettings | None = None) -> FastAPI:
     app.state.store = JobStore(settings.database_url)
     install_error_handlers(app)
     app.add_exception_handler(BadJobSpec, _bad_spec)
-    for module in (health, jobs, artifacts, events, experiments, tokens):
+    for module in (health, jobs, artifacts, attention, events, experiments, tokens):
         app.include_router(module.router)
     install_page(app, Path(__file__).parent / "static", "dashboard.html")  # the dashboard
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

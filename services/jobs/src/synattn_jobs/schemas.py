@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from synattn_jobs.specs import ExperimentSpec, ParseJobSpec, PathText, Slug, TrainJobSpec
 
@@ -92,3 +92,42 @@ class NewToken(Identity):
 
 class Health(BaseModel):
     status: str
+
+
+class AttentionRequest(Request):
+    """One sentence for the attention explorer: a row of the job's own data, or free text
+    (parsed by the parser API named in ``SYNATTN_PARSER_URL``)."""
+
+    split: Literal["valid", "test"] = "valid"
+    row: int | None = Field(None, ge=0, le=10_000_000, description="0-based row of the split")
+    text: str | None = Field(None, min_length=1, max_length=1000)
+
+    @model_validator(mode="after")
+    def _one_sentence(self) -> AttentionRequest:
+        if self.row is not None and self.text is not None:
+            raise ValueError("give a row or a text, not both")
+        if self.row is None and self.text is None:
+            self.row = 0
+        return self
+
+
+class AttentionView(BaseModel):
+    """What every head of a finished run applies to one sentence (eval mode, teacher-forced on
+    the reference, or on the model's own translation for free text), beside its syntax."""
+
+    job: str
+    split: str | None
+    row: int | None
+    tokens: dict[str, list[str]] = Field(description="source and target subwords")
+    modules: dict[str, list[list[list[float]]]] = Field(
+        description="per module (enc_self.0, dec_self.0, enc_dec.0, ...): [heads][queries][keys]"
+    )
+    roles: dict[str, list[str]] = Field(description="per module and head: what the head is")
+    syntax: dict[str, Any] = Field(
+        description="words, dependency arcs (dep -> head, 0-based words), subword_to_word, and "
+        "the source matrices the run's variants requested, at subword level"
+    )
+    stats: dict[str, dict[str, list[float | None]]] = Field(
+        description="per module: importance, confidence, gate per head, where the run has them"
+    )
+    model_cached: bool = Field(description="the model was already loaded in this process")

@@ -50,6 +50,13 @@ class JobSettings(BaseSettings, ServeTimeouts):
     max_tokens_per_batch: int = Field(65_536, ge=16, description="data.max_tokens")
     max_updates: int = Field(1_000_000, ge=1, description="train.max_updates")
     max_grid_jobs: int = Field(200, ge=1, description="training jobs one experiment may plan")
+    parser_url: str = Field(
+        "", description="a parser API (http://host:8001) for the attention explorer's free text"
+    )
+    attention_models: int = Field(2, ge=1, le=16, description="models the explorer keeps loaded")
+    attention_max_tokens: int = Field(
+        128, ge=4, le=1024, description="longest source or target (subwords) the explorer shows"
+    )
     api_host: str = "127.0.0.1"
     api_port: int = 8002
 

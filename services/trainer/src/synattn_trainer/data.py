@@ -74,6 +74,13 @@ def load_corpus(
         rows.append(row)
         if limit is not None and len(rows) >= limit:
             break
+    return corpus_from_rows(rows, tok, max_len, source_eos)
+
+
+def corpus_from_rows(
+    rows: list[dict[str, Any]], tok: Tokenizer, max_len: int | None = None, source_eos: bool = True
+) -> Corpus:
+    """Encode parsed rows (shard rows, or a parser API's sentences with a ``tgt``)."""
     src_ids, s2w = encode_source(tok, [r["words"] for r in rows], eos=source_eos)
     tgt_ids = encode_target(tok, [r["tgt"] for r in rows])
     keep = [

@@ -67,31 +67,15 @@ def applied_attention(
     forced on its target: ``{"enc_self.0": [H, Tq, Tk], "dec_self.0": ..., "enc_dec.0": ...}``
     over subword positions, with the source and target tokens. Every analysis figure reads
     this (never a recomputed softmax: a variant that replaces attention reports its own)."""
+    from synattn_trainer.explorer import row_attention
+
     if not checkpoint.is_file():
         raise FileNotFoundError(f"{checkpoint}: no such checkpoint")
     model, cfg = load_model(checkpoint)
     model.eval()
     tok = load_tokenizer(cfg.data.tokenizer)
     corpus = load_corpus(data, tok, require_tgt=False, source_eos=cfg.data.source_eos)
-    if not 0 <= row < len(corpus):
-        raise IndexError(f"row {row} is outside 0..{len(corpus) - 1}")
-    modules = model.attention_modules()
-    b = make_batch(corpus, [row], model.feature_requests())
-    try:
-        for _, _, m in modules:
-            m.keep_probs = True
-        with torch.no_grad():
-            model(b.src, b.tgt_in, b.syntax)
-        arrays = {}
-        for kind, layer, m in modules:
-            assert m.last_probs is not None
-            arrays[f"{kind}.{layer}"] = m.last_probs[0].float().cpu().numpy()
-    finally:
-        for _, _, m in modules:
-            m.keep_probs, m.last_probs = False, None
-    src = [tok.id_to_token(int(t)) or "<unk>" for t in b.src[0]]
-    tgt = [tok.id_to_token(int(t)) or "<unk>" for t in b.tgt_in[0]]
-    return arrays, src, tgt
+    return row_attention(model, tok, corpus, row)
 
 
 def attention_npz(checkpoint: Path, data: Path, row: int, out: Path) -> Path:

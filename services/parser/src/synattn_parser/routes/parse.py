@@ -54,7 +54,7 @@ def dependency_svg(row: dict[str, Any]) -> str | None:
                      "dir": "left" if i < head else "right"})  # fmt: skip
     svg: str = displacy.render(
         {"words": words, "arcs": arcs}, style="dep", manual=True, jupyter=False,
-        options={"compact": True, "distance": 75, "offset_x": 30},
+        options={"compact": True, "distance": 130, "offset_x": 30},
     )  # fmt: skip
     return svg
 

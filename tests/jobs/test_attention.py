@@ -1,0 +1,121 @@
+"""The attention explorer's API over real HTTP: a real worker trains a small run with fixed and
+gated heads, then ``POST /v1/jobs/{id}/attention`` answers every module, row-stochastic, equal to
+``synattn attention`` for the same checkpoint and row, with the syntax, roles and statistics;
+owner checks, bounds and bad input as an attacker would send them."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from tests.jobs.conftest import Env, h, serving
+
+ATTENTION = {
+    "enc_self": [
+        {"name": "fixed", "layers": [0], "options": {"fixed": 3}},
+        {"name": "slr", "layers": [1], "options": {"mode": "gated"}},
+    ]
+}
+
+
+def _train(base: str, token: str, env: Env) -> str:
+    r = httpx.post(f"{base}/v1/jobs/train", headers=h(token), json={"spec": {
+        "config": "configs/tiny.yaml", "overrides": {"attention": ATTENTION},
+        "evaluate": {"split": "valid", "analyze": True}}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
+    with serving(embedded) as (base, token, env):
+        job = _train(base, token, env)
+        url = f"{base}/v1/jobs/{job}/attention"
+        early = httpx.post(url, headers=h(token), json={"row": 0})
+        assert early.status_code == 409 and "queued" in early.json()["detail"]
+        env.worker("train")
+        done = env.wait(job, {"succeeded"}, timeout=300)
+        t0 = time.perf_counter()
+        r = httpx.post(url, headers=h(token), json={"split": "valid", "row": 2}, timeout=60)
+        cold = time.perf_counter() - t0
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["model_cached"] is False
+        names = {f"{k}.{i}" for k in ("enc_self", "dec_self", "enc_dec") for i in (0, 1)}
+        assert set(body["modules"]) == names
+        src, tgt = body["tokens"]["source"], body["tokens"]["target"]
+        assert src[-1] == "</s>" and tgt[0] == "<s>"
+        for name, heads in body["modules"].items():
+            a = np.asarray(heads)
+            queries = src if name.startswith("enc_self") else tgt
+            keys = tgt if name.startswith("dec_self") else src
+            assert a.shape == (4, len(queries), len(keys)), name
+            np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5, err_msg=name)
+        # exactly what the CLI exports for the same checkpoint and row
+        npz = tmp_path / "row2.npz"
+        valid = Path(json.loads(json.dumps(done.spec))["resolved"]["data"]["valid"])
+        env.cli("attention", "--checkpoint", done.result["checkpoint"], "--data", str(valid),
+                "--row", "2", "--out", str(npz))  # fmt: skip
+        with np.load(npz) as ref:
+            for name in names:
+                assert np.array_equal(np.asarray(body["modules"][name], np.float32), ref[name])
+            assert list(ref["src_tokens"]) == src and list(ref["tgt_tokens"]) == tgt
+        # what each head is: 3 fixed patterns + 1 learned below, gated SLR above
+        assert body["roles"]["enc_self.0"] == [
+            "fixed: current token",
+            "fixed: previous token",
+            "fixed: next token",
+            "learned",
+        ]
+        assert body["roles"]["enc_self.1"] == ["gated (SLR)"] * 4
+        assert body["roles"]["dec_self.0"] == ["learned"] * 4
+        # the fixed heads apply their patterns: current token is the identity on real tokens
+        np.testing.assert_allclose(np.asarray(body["modules"]["enc_self.0"][0]),
+                                   np.eye(len(src)), atol=1e-6)  # fmt: skip
+        syn = body["syntax"]
+        words = syn["words"]
+        assert len(syn["subword_to_word"]) == len(src)
+        roots = sum(1 for a in range(len(words)) if all(arc["dep"] != a for arc in syn["arcs"]))
+        assert roots >= 1 and len(syn["arcs"]) == len(words) - roots
+        assert all(0 <= arc["head"] < len(words) and arc["rel"] for arc in syn["arcs"])
+        soft = np.asarray(syn["matrices"]["slr_soft"])
+        assert soft.shape == (len(src), len(src)) and np.all((soft >= 0) & (soft <= 1))
+        assert np.all(np.diag(soft) == 1.0)
+        stats = body["stats"]
+        assert (
+            len(stats["enc_self.1"]["gate"]) == 4 and len(stats["enc_self.0"]["importance"]) == 4
+        )
+        # warm: the model stays loaded in this API process
+        t0 = time.perf_counter()
+        again = httpx.post(url, headers=h(token), json={"row": 3}, timeout=60)
+        warm = time.perf_counter() - t0
+        assert again.status_code == 200 and again.json()["model_cached"] is True
+        assert warm < cold
+        # another user's job is not told apart from a missing one
+        other = env.cli("token", "create", "mallory").stdout.strip()
+        assert httpx.post(url, headers=h(other), json={"row": 0}).status_code == 404
+        assert httpx.post(url, json={"row": 0}).status_code == 401
+        # bad input: clear 4xx, never a 500
+        for payload, status, words_ in (
+            ({"row": 10_000}, 422, "outside 0..59"),
+            ({"row": -1}, 422, "row"),
+            ({"row": 1, "text": "A dog."}, 422, "not both"),
+            ({"text": "A dog runs."}, 422, "SYNATTN_PARSER_URL"),
+            ({"split": "train"}, 422, "split"),
+            ({"row": 1e300}, 422, "row"),
+            ({"row": 0, "extra": 1}, 422, "extra"),
+        ):
+            bad = httpx.post(url, headers=h(token), json=payload)
+            assert bad.status_code == status, (payload, bad.text)
+            assert words_ in bad.text, (payload, bad.text)
+        assert httpx.post(f"{base}/v1/jobs/{'0' * 12}/attention", headers=h(token),
+                          json={"row": 0}).status_code == 404  # fmt: skip
+        print(f"attention route: cold {cold * 1000:.0f} ms, warm {warm * 1000:.0f} ms")
+    # a response never grows past the configured bound
+    with serving(embedded, SYNATTN_ATTENTION_MAX_TOKENS="4") as (base, _, env):
+        token = env.cli("token", "create", "tester").stdout.strip()
+        small = httpx.post(f"{base}/v1/jobs/{job}/attention", headers=h(token), json={"row": 2})
+        assert small.status_code == 413 and "at most 4" in small.json()["detail"]
