@@ -66,8 +66,9 @@ def crossed_labels(driver: WebDriver) -> list[str]:
               }
             }
             const o = boxes[j];
-            if (j > i && b.left < o.right && o.left < b.right && b.top < o.bottom && o.top < b.bottom)
-              out.push(label + ' overlaps label ' + j);
+            const apart = b.right <= o.left || o.right <= b.left || b.bottom <= o.top
+              || o.bottom <= b.top;
+            if (j > i && !apart) out.push(label + ' overlaps label ' + j);
           });
         });
         return out;"""))  # fmt: skip
