@@ -41,6 +41,7 @@ async function signIn(t) {
     $("app").hidden = false;
     showError("");
     await refresh();
+    routeHash(); // a permalink to a head of a run
   } catch (err) {
     sessionStorage.removeItem(KEY);
     showError(`That token was refused (${err.message}). Check it, or create one with ` +
@@ -90,6 +91,9 @@ function jobRow(job) {
   const actions = tr.insertCell();
   if (job.kind === "train") actions.append(button("loss", "secondary", () => select(job.id), `loss curve of ${job.name}`));
   actions.append(" ", button("files", "secondary", () => showArtifacts(job), `artifacts of ${job.name}`));
+  if (job.kind === "train" && job.state === "succeeded") {
+    actions.append(" ", button("attention", "secondary attention", () => openExplorer(job.id), `attention of ${job.name}`));
+  }
   if (!TERMINAL.has(job.state)) {
     actions.append(" ", button("Cancel", "danger cancel", () => cancel(job), `cancel ${job.name}`));
   }
