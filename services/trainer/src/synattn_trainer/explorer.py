@@ -78,6 +78,7 @@ class ExplorerCache:
     def __init__(self, models: int = 2, corpora: int = 4) -> None:
         self._models = _Lru(models)
         self._corpora = _Lru(corpora)
+        self._relations = _Lru(corpora)
 
     def model(self, checkpoint: Path) -> tuple[Loaded, bool]:
         """The run's model (and whether it was already loaded)."""
@@ -101,6 +102,16 @@ class ExplorerCache:
             ),
         )
         return corpus
+
+    def dep_rels(self, data: Path) -> list[list[str] | None]:
+        """Each row's dependency labels (the arcs' names; training never reads them)."""
+        from synattn_shared.shards import ShardDataset
+
+        rels, _ = self._relations.get(
+            _stamp(data / "manifest.json"),
+            lambda: [r["dep_rel"] for r in ShardDataset(data).iter_rows(columns=["dep_rel"])],
+        )
+        return rels
 
 
 def row_attention(

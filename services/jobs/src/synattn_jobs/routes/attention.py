@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import ORJSONResponse
 
 from synattn_jobs.deps import JobFolder, OwnedJob, Settings
 from synattn_jobs.schemas import AttentionRequest, AttentionView
@@ -98,9 +99,7 @@ def attention(
         row = req.row or 0
         if row >= len(corpus):
             raise HTTPException(422, f"row {row} is outside 0..{len(corpus) - 1} of {req.split}")
-        from synattn_shared.shards import ShardDataset
-
-        dep_rel = ShardDataset(data)[row].get("dep_rel")
+        dep_rel = _cache(request, settings).dep_rels(data)[row]
     src_len, tgt_len = len(corpus.src[row]), len(corpus.tgt[row]) - 1
     limit = settings.attention_max_tokens
     if max(src_len, tgt_len) > limit:
@@ -110,14 +109,16 @@ def attention(
         )  # fmt: skip
     arrays, src, tgt = explorer.row_attention(run.model, run.tok, corpus, row)
     roles = explorer.head_roles(run.model)  # after the forward: RHE's labels are this row's
-    return {
+    # the arrays go out as numpy through orjson: what the route would otherwise spend on
+    # validating and encoding ~10^4-10^5 floats as Python objects (bench/attention_api.py)
+    return ORJSONResponse({
         "job": job.id,
         "split": None if req.text is not None else req.split,
         "row": None if req.text is not None else row,
         "tokens": {"source": src, "target": tgt},
-        "modules": {k: v.tolist() for k, v in arrays.items()},
+        "modules": arrays,
         "roles": roles,
         "syntax": explorer.row_syntax(corpus, row, run.model, dep_rel),
         "stats": explorer.run_stats(folder) if folder is not None else {},
         "model_cached": cached,
-    }
+    })  # fmt: skip
