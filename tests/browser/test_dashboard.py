@@ -74,6 +74,9 @@ def test_dashboard_follows_cancels_and_reports(embedded: Env, browser: WebDriver
                        headers=h(token))  # fmt: skip
         assert r.status_code == 201, r.text
         job = r.json()["id"]
+        # no worker yet: the job waits in the store, and the page says where in the queue
+        wait_for(browser, f"/position 1 in the train queue/.test(document.querySelector("
+                 f"'#job-{job} td.progress')?.textContent)", timeout=30)  # fmt: skip
         env.worker("train")
         # live progress from the event stream: the update count moves on its own
         wait_for(browser, f"document.getElementById('job-{job}')?.dataset.state === 'running'"

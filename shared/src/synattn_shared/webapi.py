@@ -36,6 +36,7 @@ DESCRIPTIONS = {
     409: "The resource is not in a state that allows this (the message says why)",
     413: "Request or response too large (the limit is in the message)",
     422: "Invalid input (the message names the field)",
+    429: "Over a quota; retry after the Retry-After header's seconds",
     501: "Not available in this installation",
     502: "A service this one relies on failed",
     503: "Not ready or temporarily unavailable; retry",

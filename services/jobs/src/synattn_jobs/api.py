@@ -21,10 +21,11 @@ from synattn_jobs.routes import (
     experiments,
     health,
     jobs,
+    queue,
     tokens,
 )
 from synattn_jobs.settings import JobSettings, get_settings
-from synattn_jobs.store import JobStore
+from synattn_jobs.store import JobStore, QuotaExceeded
 from synattn_shared.asgi import BodyLimit
 from synattn_shared.webapi import install_error_handlers, problems, safe_text
 from synattn_shared.webui import install_page
@@ -32,6 +33,13 @@ from synattn_shared.webui import install_page
 
 async def _bad_spec(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": safe_text(exc, 1000)}, status_code=422)
+
+
+async def _over_quota(_: Request, exc: Exception) -> JSONResponse:
+    retry = getattr(exc, "retry_after_s", 60)
+    return JSONResponse(
+        {"detail": safe_text(exc, 1000)}, status_code=429, headers={"Retry-After": str(retry)}
+    )
 
 
 def create_app(settings: JobSettings | None = None) -> FastAPI:
@@ -47,7 +55,8 @@ def create_app(settings: JobSettings | None = None) -> FastAPI:
     app.state.store = JobStore(settings.database_url)
     install_error_handlers(app)
     app.add_exception_handler(BadJobSpec, _bad_spec)
-    for module in (health, jobs, artifacts, attention, events, experiments, tokens):
+    app.add_exception_handler(QuotaExceeded, _over_quota)
+    for module in (health, jobs, queue, artifacts, attention, events, experiments, tokens):
         app.include_router(module.router)
     install_page(app, Path(__file__).parent / "static", "dashboard.html")  # the dashboard
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

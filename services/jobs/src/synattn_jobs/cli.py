@@ -20,7 +20,7 @@ from rich.console import Console
 from synattn_jobs.errors import BadJobSpec
 from synattn_jobs.settings import get_settings
 from synattn_jobs.specs import ParseJobSpec, TrainJobSpec
-from synattn_jobs.store import LOCAL_ADMIN, TERMINAL, Job, JobStore
+from synattn_jobs.store import LOCAL_ADMIN, TERMINAL, Job, JobStore, QuotaExceeded
 from synattn_shared.paths import UnsafePath, slug
 
 console = Console(soft_wrap=True)
@@ -83,6 +83,7 @@ def submit_train_cmd(
         str | None, typer.Option(help="run directory (default: under runs_dir)")
     ] = None,
     split: Annotated[str, typer.Option(help="evaluate on valid or test")] = "valid",
+    priority: Annotated[int, typer.Option(min=-1000, max=1000, help="orders your jobs")] = 0,
 ) -> None:
     """Queue a training job (trains, then translates and scores the split)."""
     from synattn_jobs.submit import submit_train
@@ -92,8 +93,8 @@ def submit_train_cmd(
         spec = TrainJobSpec(
             config=str(config.resolve()), overrides=_parse_sets(set_), evaluate={"split": split}
         )
-        job = submit_train(_store(), s, spec, name, out, owner=LOCAL_ADMIN.name)
-    except (BadJobSpec, ValueError) as exc:
+        job = submit_train(_store(), s, spec, name, out, LOCAL_ADMIN.name, priority)
+    except (BadJobSpec, ValueError, QuotaExceeded) as exc:
         raise fail(one_line(exc)) from None
     print(job.id)
 
@@ -107,6 +108,7 @@ def submit_parse_cmd(
     workers: int = 1,
     rows_per_shard: int = 10_000,
     name: str | None = None,
+    priority: Annotated[int, typer.Option(min=-1000, max=1000, help="orders your jobs")] = 0,
 ) -> None:
     """Queue a parse job (a corpus into Parquet shards)."""
     from synattn_jobs.submit import submit_parse
@@ -117,8 +119,8 @@ def submit_parse_cmd(
             out=str(out.resolve()), backend=backend, limit=limit, workers=workers,
             rows_per_shard=rows_per_shard,
         )  # fmt: skip
-        job = submit_parse(_store(), get_settings(), spec, name, owner=LOCAL_ADMIN.name)
-    except (BadJobSpec, ValueError) as exc:
+        job = submit_parse(_store(), get_settings(), spec, name, LOCAL_ADMIN.name, priority)
+    except (BadJobSpec, ValueError, QuotaExceeded) as exc:
         raise fail(one_line(exc)) from None
     print(job.id)
 
@@ -155,11 +157,37 @@ def jobs(
             raise fail(f"no experiment {experiment!r}")
         exp_id = exp.id
     t = Table()
-    for col in ("id", "kind", "name", "state", "attempts", "progress"):
+    for col in ("id", "kind", "name", "state", "position", "attempts", "progress"):
         t.add_column(col)
+    positions = store.queue(fifo=get_settings().dispatch == "fifo")["positions"]
     for j in store.jobs(state, exp_id, kind):
-        t.add_row(j.id, j.kind, j.name, j.state, str(j.attempts), _progress_text(j))
+        where = str(positions[j.id]) if j.id in positions else ""
+        t.add_row(j.id, j.kind, j.name, j.state, where, str(j.attempts), _progress_text(j))
     console.print(t)
+
+
+def quota_set(
+    user: Annotated[str, typer.Argument(help="the user (a token's name; local for the CLI)")],
+    queued: Annotated[int | None, typer.Option(min=0, help="queued jobs at most")] = None,
+    running: Annotated[int | None, typer.Option(min=0, help="running jobs at most")] = None,
+) -> None:
+    """Set one user's quota (unset: the SYNATTN_MAX_*_PER_USER default)."""
+    from synattn_shared.paths import UnsafePath, slug
+
+    try:
+        slug(user, "user")
+    except UnsafePath as exc:
+        raise fail(str(exc)) from None
+    row = _store().set_quota(user, queued, running)
+    print(f"{row.user}: queued {row.max_queued}, running {row.max_running}")
+
+
+def quota_list() -> None:
+    """The defaults and every user's overrides."""
+    s = get_settings()
+    print(f"* (default): queued {s.max_queued_per_user}, running {s.max_running_per_user}")
+    for q in _store().quotas():
+        print(f"{q.user}: queued {q.max_queued}, running {q.max_running}")
 
 
 def cancel(job_id: str) -> None:
@@ -257,7 +285,7 @@ def experiment_run(
     store = _store()
     try:
         exp, js = submit_experiment(store, s, load_experiment_file(grid), owner=LOCAL_ADMIN.name)
-    except (BadJobSpec, ValueError) as exc:
+    except (BadJobSpec, ValueError, QuotaExceeded) as exc:
         raise fail(one_line(exc)) from None
     console.print(f"experiment {exp.name} ({exp.id}): {len(js)} jobs queued")
     if not wait:
@@ -361,6 +389,10 @@ def register(app: typer.Typer) -> None:
     sub.command("parse")(submit_parse_cmd)
     app.add_typer(sub, name="submit")
     app.command("jobs")(jobs)
+    quota = typer.Typer(help="Per-user limits of queued and running jobs.", no_args_is_help=True)
+    quota.command("set")(quota_set)
+    quota.command("list")(quota_list)
+    app.add_typer(quota, name="quota")
     app.command("cancel")(cancel)
     app.command("watch")(watch)
     exp = typer.Typer(help="Experiments: grids of training jobs.", no_args_is_help=True)

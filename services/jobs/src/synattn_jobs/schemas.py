@@ -21,6 +21,7 @@ class TrainRequest(Request):
     name: Slug | None = Field(None, description="run name (default: the config's file name)")
     out: PathText | None = Field(None, description="run folder inside the runs folder")
     spec: TrainJobSpec
+    priority: int = Field(0, ge=-1000, le=1000, description="orders your own queued jobs")
 
 
 class ParseRequest(Request):
@@ -28,6 +29,7 @@ class ParseRequest(Request):
 
     name: Slug | None = None
     spec: ParseJobSpec
+    priority: int = Field(0, ge=-1000, le=1000, description="orders your own queued jobs")
 
 
 class TokenRequest(Request):
@@ -57,6 +59,8 @@ class JobView(BaseModel):
     attempts: int
     worker: str | None
     cancel_requested: bool
+    priority: int = 0
+    released_at: float | None = None
     created_at: float
     started_at: float | None
     heartbeat_at: float | None
@@ -131,3 +135,39 @@ class AttentionView(BaseModel):
         description="per module: importance, confidence, gate per head, where the run has them"
     )
     model_cached: bool = Field(description="the model was already loaded in this process")
+
+
+class QueuedJob(BaseModel):
+    id: str
+    kind: str
+    name: str
+    priority: int
+    position: int = Field(description="1 = next to start on its queue (parse or train)")
+    released: bool = Field(description="already handed to the broker")
+
+
+class UserCounts(BaseModel):
+    user: str
+    queued: int
+    running: int
+
+
+class QueueView(BaseModel):
+    """Your queued jobs in the fair order, and every user's counts (no other job details)."""
+
+    jobs: list[QueuedJob]
+    users: list[UserCounts]
+    dispatch: str
+
+
+class QuotaRequest(Request):
+    """An admin's limits for one user; null keeps the server's default."""
+
+    queued: int | None = Field(None, ge=0, le=1_000_000)
+    running: int | None = Field(None, ge=0, le=1_000_000)
+
+
+class QuotaView(BaseModel):
+    user: str
+    queued: int | None
+    running: int | None

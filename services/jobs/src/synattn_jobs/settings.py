@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -50,6 +51,22 @@ class JobSettings(BaseSettings, ServeTimeouts):
     max_tokens_per_batch: int = Field(65_536, ge=16, description="data.max_tokens")
     max_updates: int = Field(1_000_000, ge=1, description="train.max_updates")
     max_grid_jobs: int = Field(200, ge=1, description="training jobs one experiment may plan")
+    # fair share (synattn_jobs.dispatch): quotas, and how queued jobs reach the broker
+    max_queued_per_user: int = Field(1000, ge=0, description="queued jobs one user may have")
+    max_running_per_user: int | None = Field(
+        None, ge=0, description="running jobs one user may have (default: no limit)"
+    )
+    dispatch: Literal["fair", "fifo"] = Field(
+        "fair",
+        description="fair: queued jobs wait in the store and are released as workers free "
+        "up, fewest-running user first; fifo: every job goes to the broker at submit",
+    )
+    dispatch_ahead: int = Field(
+        0, ge=0, le=1000, description="jobs released beyond the free worker slots, per queue"
+    )
+    release_timeout_s: float = Field(
+        600.0, gt=0, description="a released job no worker took this long is released again"
+    )
     parser_url: str = Field(
         "", description="a parser API (http://host:8001) for the attention explorer's free text"
     )

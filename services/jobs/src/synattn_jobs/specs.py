@@ -101,6 +101,9 @@ class ExperimentSpec(Spec):
     )
     overrides: dict[DottedKey, Any] = Field(default_factory=dict, max_length=200)
     evaluate: EvalSpec = Field(default_factory=EvalSpec)
+    priority: int = Field(
+        0, ge=-1000, le=1000, description="orders your own queued jobs (higher first)"
+    )
 
     @field_validator("overrides", "variants")
     @classmethod

@@ -21,11 +21,14 @@ from sqlalchemy import (
     Boolean,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
     create_engine,
     event,
+    func,
+    insert,
     inspect,
     select,
     text,
@@ -78,6 +81,11 @@ class Job(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(200), nullable=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    priority: Mapped[int] = mapped_column(Integer, default=0)  # orders one user's own jobs
+    # queued jobs wait here until the dispatcher hands them to the broker (fair share);
+    # released_at says when it did, release_count how often (a lost release is repeated)
+    released_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    release_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -85,6 +93,60 @@ class Job(Base):
 
     def as_dict(self) -> dict[str, Any]:
         return {c.name: getattr(self, c.name) for c in self.__table__.columns}
+
+
+class Quota(Base):
+    """An admin's per-user limits, overriding ``SYNATTN_MAX_{QUEUED,RUNNING}_PER_USER``."""
+
+    __tablename__ = "quotas"
+    user: Mapped[str] = mapped_column(String(200), primary_key=True)
+    max_queued: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class WorkerSlot(Base):
+    """A live worker process: the queues it serves, its task slots, its last beat."""
+
+    __tablename__ = "workers"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    queues: Mapped[str] = mapped_column(String(200))
+    slots: Mapped[int] = mapped_column(Integer, default=1)
+    beat_at: Mapped[float] = mapped_column(Float)
+
+
+class UserStart(Base):
+    """When each user's last job of a kind started: the fair dispatcher's tie-break, kept
+    here so a decision never scans the history of finished jobs."""
+
+    __tablename__ = "user_starts"
+    user: Mapped[str] = mapped_column(String(200), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    last_start: Mapped[float] = mapped_column(Float)
+
+
+class Lock(Base):
+    """One row per lock name; an UPDATE of it serialises dispatchers and submitters (a row
+    lock on PostgreSQL, the write lock on SQLite)."""
+
+    __tablename__ = "locks"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+DISPATCH_INDEXES = (  # created on stores made before fair share too
+    Index("ix_jobs_dispatch", Job.kind, Job.state, Job.released_at),
+    Index("ix_jobs_owner_state", Job.owner, Job.state),
+    Index("ix_jobs_next", Job.kind, Job.state, Job.owner, Job.priority, Job.created_at),
+)
+LOCKS = ("dispatch", "submit")
+
+
+class QuotaExceeded(Exception):
+    """A submission that would put a user over their queued-job limit (HTTP 429)."""
+
+    def __init__(self, message: str, retry_after_s: int = 60) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ApiToken(Base):
@@ -116,7 +178,65 @@ ADDED_COLUMNS = (
     ("jobs", "owner", "VARCHAR(200)"),
     ("experiments", "owner", "VARCHAR(200)"),
     ("api_tokens", "admin", "BOOLEAN NOT NULL DEFAULT FALSE"),
+    ("jobs", "priority", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "released_at", "FLOAT"),
+    ("jobs", "release_count", "INTEGER NOT NULL DEFAULT 0"),
 )
+
+
+def _owned_by(owner: str | None) -> Any:
+    return Job.owner.is_(None) if owner is None else Job.owner == owner
+
+
+def _new_job(
+    kind: str,
+    name: str,
+    spec: dict[str, Any],
+    out_dir: str,
+    *,
+    experiment_id: str | None = None,
+    variant: str | None = None,
+    seed: int | None = None,
+    params: dict[str, Any] | None = None,
+    owner: str | None = None,
+    priority: int = 0,
+) -> Job:
+    return Job(
+        id=new_id(), kind=kind, name=name, owner=owner, state="queued", spec=spec,
+        out_dir=out_dir, experiment_id=experiment_id, variant=variant, seed=seed,
+        params=params or {}, progress={}, result={}, attempts=0, cancel_requested=False,
+        priority=priority, released_at=None, release_count=0, created_at=time.time(),
+    )  # fmt: skip
+
+
+def fair_order(rows: Sequence[Any], busy: dict[str, int], last: dict[str, float]) -> list[str]:
+    """The order the dispatcher would release waiting jobs in, if no job finished meanwhile:
+    ``rows`` are (id, user, priority, created_at) sorted by priority (descending) and age;
+    ``busy`` each user's running or released jobs, ``last`` their last start."""
+    import heapq
+
+    per_user: dict[str, list[Any]] = {}
+    for row in rows:
+        per_user.setdefault(row[1], []).append(row)
+    oldest: dict[str, list[float]] = {}  # per user: the oldest creation time from k on
+    for u, js in per_user.items():
+        suffix, m = [0.0] * len(js), float("inf")
+        for k in range(len(js) - 1, -1, -1):
+            m = min(m, float(js[k][3]))
+            suffix[k] = m
+        oldest[u] = suffix
+    heap = [(busy.get(u, 0), last.get(u, -1.0), oldest[u][0], u, 0) for u in per_user]
+    heapq.heapify(heap)
+    out: list[str] = []
+    tick = max([*last.values(), 0.0]) + 1.0
+    while heap:
+        n, _, _, user, k = heapq.heappop(heap)
+        jobs = per_user[user]
+        out.append(jobs[k][0])
+        if k + 1 < len(jobs):
+            heapq.heappush(heap, (n + 1, tick, oldest[user][k + 1], user, k + 1))
+            tick += 1.0
+    return out
 
 
 def _rowcount(result: Any) -> int:
@@ -166,6 +286,17 @@ class JobStore:
             for table, column, sql_type in ADDED_COLUMNS:
                 if column not in {c["name"] for c in have.get_columns(table)}:
                     conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+        for index in DISPATCH_INDEXES:
+            index.create(self.engine, checkfirst=True)
+        with self.engine.begin() as conn:
+            present = set(conn.scalars(select(Lock.name)))
+            for name in LOCKS:
+                if name not in present:
+                    try:
+                        with conn.begin_nested():
+                            conn.execute(insert(Lock).values(name=name, at=0.0))
+                    except Exception:  # another process made it first
+                        pass
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -185,16 +316,55 @@ class JobStore:
         seed: int | None = None,
         params: dict[str, Any] | None = None,
         owner: str | None = None,
+        priority: int = 0,
     ) -> Job:
-        job = Job(
-            id=new_id(), kind=kind, name=name, owner=owner, state="queued", spec=spec,
-            out_dir=out_dir,
-            experiment_id=experiment_id, variant=variant, seed=seed, params=params or {},
-            progress={}, result={}, attempts=0, cancel_requested=False, created_at=time.time(),
-        )  # fmt: skip
+        job = _new_job(kind, name, spec, out_dir, experiment_id=experiment_id, variant=variant,
+                       seed=seed, params=params, owner=owner, priority=priority)  # fmt: skip
         with self.session() as s:
             s.add(job)
         return job
+
+    def submit(
+        self,
+        jobs: list[dict[str, Any]],
+        owner: str | None,
+        max_queued: int,
+        experiment: dict[str, Any] | None = None,
+    ) -> tuple[Experiment | None, list[Job]]:
+        """Create ``jobs`` (``create_job`` keyword arguments) and, when given, their experiment,
+        all or none: refused whole with ``QuotaExceeded`` when the owner's queued jobs would
+        exceed their limit (``max_queued``, or an admin's override). Serialised with every
+        other submission, so two at once cannot both slip under the limit."""
+        with self.session() as s:
+            self._lock(s, "submit")
+            limit = self._limit(s, owner, "max_queued", max_queued)
+            queued = (
+                s.scalar(
+                    select(func.count())
+                    .select_from(Job)
+                    .where(_owned_by(owner), Job.state == "queued")
+                )
+                or 0
+            )
+            if limit is not None and queued + len(jobs) > limit:
+                who = owner or "local"
+                raise QuotaExceeded(
+                    f"user {who} has {queued} queued jobs and may have at most {limit}: this "
+                    f"submission of {len(jobs)} would exceed it (SYNATTN_MAX_QUEUED_PER_USER; an "
+                    "admin raises it with: synattn quota set USER --queued N); cancel queued jobs "
+                    "or wait for some to start"
+                )
+            exp = None
+            if experiment is not None:
+                exp = Experiment(
+                    owner=owner, created_at=time.time(), **{"id": new_id(), **experiment}
+                )
+                s.add(exp)
+            made = [
+                _new_job(owner=owner, experiment_id=exp.id if exp else None, **kw) for kw in jobs
+            ]
+            s.add_all(made)
+        return exp, made
 
     def create_experiment(
         self, name: str, baseline: str, spec: dict[str, Any], owner: str | None = None
@@ -277,7 +447,17 @@ class JobStore:
             )
         )
         with self.session() as s:
-            return _rowcount(s.execute(stmt)) == 1
+            if _rowcount(s.execute(stmt)) != 1:
+                return False
+            job = s.get(Job, job_id)
+            if job is not None:
+                key = {"user": job.owner or "", "kind": job.kind}
+                row = s.get(UserStart, key)
+                if row is None:
+                    s.add(UserStart(last_start=now, **key))
+                else:
+                    row.last_start = now
+            return True
 
     def heartbeat(self, job_id: str, worker: str) -> bool:
         """Refresh the heartbeat; False when the job is no longer this worker's."""
@@ -315,11 +495,12 @@ class JobStore:
             return _rowcount(s.execute(stmt.values(**values))) == 1
 
     def release(self, job_id: str, worker: str, error: str) -> None:
-        """Give a running job back to the queue (a transient error, retried later)."""
+        """Give a running job back to the queue (a transient error, retried later); the caller
+        sends its task again itself, so it counts as released to the broker."""
         stmt = (
             update(Job)
             .where(Job.id == job_id, Job.worker == worker, Job.state == "running")
-            .values(state="queued", error=error, worker=None)
+            .values(state="queued", error=error, worker=None, released_at=time.time())
         )
         with self.session() as s:
             s.execute(stmt)
@@ -354,12 +535,192 @@ class JobStore:
             stmt = (
                 update(Job)
                 .where(Job.id == job_id, Job.state == "running", Job.heartbeat_at < cutoff)
-                .values(state="queued", worker=None, error="worker lost; requeued")
+                .values(
+                    state="queued", worker=None, error="worker lost; requeued", released_at=None
+                )
             )
             with self.session() as s:
                 if _rowcount(s.execute(stmt)) == 1:
                     requeued.append(job_id)
         return requeued
+
+    # ------------------------------------------------------------ fair share
+    def _lock(self, s: Session, name: str) -> None:
+        s.execute(update(Lock).where(Lock.name == name).values(at=time.time()))
+
+    def _limit(self, s: Session, owner: str | None, which: str, default: int | None) -> int | None:
+        row = s.get(Quota, owner or "")
+        value = None if row is None else getattr(row, which)
+        return default if value is None else int(value)
+
+    def set_quota(self, user: str, max_queued: int | None, max_running: int | None) -> Quota:
+        """An admin's override for one user (None: the setting's default)."""
+        with self.session() as s:
+            row = s.get(Quota, user)
+            if row is None:
+                row = Quota(user=user)
+                s.add(row)
+            row.max_queued, row.max_running = max_queued, max_running
+            return row
+
+    def quotas(self) -> Sequence[Quota]:
+        with self.session() as s:
+            return s.scalars(select(Quota).order_by(Quota.user)).all()
+
+    def register_worker(self, name: str, queues: str, slots: int) -> None:
+        """A worker's beat: it is alive and serves ``queues`` with ``slots`` task slots."""
+        now = time.time()
+        with self.session() as s:
+            row = s.get(WorkerSlot, name)
+            if row is None:
+                s.add(WorkerSlot(name=name, queues=queues, slots=slots, beat_at=now))
+            else:
+                row.queues, row.slots, row.beat_at = queues, slots, now
+
+    def unregister_worker(self, name: str) -> None:
+        with self.session() as s:
+            row = s.get(WorkerSlot, name)
+            if row is not None:
+                s.delete(row)
+
+    def release_next(
+        self, kind: str, ahead: int, live_after_s: float, max_running: int | None
+    ) -> list[str]:
+        """Mark the next queued jobs of ``kind`` released to the broker, as many as live
+        workers have free slots (plus ``ahead``), and return their ids, in order.
+
+        Fair share: the next job belongs to the user with the fewest running (or released)
+        jobs of this kind, ties to the user whose last job started longest ago, then to the
+        oldest waiting job; within a user, highest priority first, then oldest. A user at
+        their running limit is skipped. One dispatcher at a time (a lock row)."""
+        now = time.time()
+        waiting_q = (Job.kind == kind, Job.state == "queued", Job.released_at.is_(None),
+                     Job.cancel_requested.is_(False))  # fmt: skip
+        with self.session() as s:
+            self._lock(s, "dispatch")
+            slots = s.scalar(
+                select(func.coalesce(func.sum(WorkerSlot.slots), 0)).where(
+                    WorkerSlot.beat_at >= now - live_after_s,
+                    WorkerSlot.queues.like(f"%{kind}%"),
+                )
+            )
+            busy = self._busy(s, kind)
+            free = int(slots or 0) + ahead - sum(busy.values())
+            if free <= 0:
+                return []
+            waiting: dict[str, float] = {
+                u or "": float(t)
+                for u, t in s.execute(
+                    select(Job.owner, func.min(Job.created_at))
+                    .where(*waiting_q)
+                    .group_by(Job.owner)
+                )
+            }
+            if not waiting:
+                return []
+            last = self._last_starts(s, kind)
+            limits = {q.user: q.max_running for q in s.scalars(select(Quota))}
+            picked: list[str] = []
+            while free > 0 and waiting:
+                eligible = [
+                    u for u in waiting
+                    if (lim := limits.get(u) if limits.get(u) is not None else max_running)
+                    is None or busy.get(u, 0) < lim
+                ]  # fmt: skip
+                if not eligible:
+                    break
+                user = min(eligible, key=lambda u: (busy.get(u, 0), last.get(u, -1.0), waiting[u]))
+                job = s.scalars(
+                    select(Job).where(*waiting_q, _owned_by(user or None))
+                    .order_by(Job.priority.desc(), Job.created_at).limit(1)
+                ).first()  # fmt: skip
+                if job is None:  # nothing more of this user's is waiting
+                    del waiting[user]
+                    continue
+                job.released_at = now
+                job.release_count = (job.release_count or 0) + 1
+                picked.append(job.id)
+                s.flush()
+                busy[user] = busy.get(user, 0) + 1
+                last[user] = now
+                free -= 1
+            return picked
+
+    @staticmethod
+    def _busy(s: Session, kind: str) -> dict[str, int]:
+        """Per user: running jobs of ``kind`` and jobs released to its broker queue."""
+        return {
+            u or "": int(n)
+            for u, n in s.execute(
+                select(Job.owner, func.count())
+                .where(Job.kind == kind)
+                .where(
+                    (Job.state == "running")
+                    | ((Job.state == "queued") & Job.released_at.is_not(None))
+                )
+                .group_by(Job.owner)
+            )
+        }
+
+    @staticmethod
+    def _last_starts(s: Session, kind: str) -> dict[str, float]:
+        return {
+            r.user: r.last_start
+            for r in s.scalars(select(UserStart).where(UserStart.kind == kind))
+        }
+
+    def unrelease_stale(self, timeout_s: float) -> int:
+        """Released jobs no worker took within ``timeout_s`` (a release whose task was never
+        sent: the dispatcher died between the two) go back to waiting in the store."""
+        with self.session() as s:
+            return _rowcount(
+                s.execute(
+                    update(Job)
+                    .where(Job.state == "queued", Job.released_at < time.time() - timeout_s)
+                    .values(released_at=None)
+                )
+            )
+
+    def queue(
+        self, kinds: Sequence[str] = ("parse", "train"), fifo: bool = False
+    ) -> dict[str, Any]:
+        """Every queued job's position in the fair order (the released ones first, in release
+        order, then the waiting ones as the dispatcher would pick them now; ``fifo``: the
+        order of submission), and every user's counts of queued and running jobs."""
+        who = func.coalesce(Job.owner, "")
+        with self.session() as s:
+            counts: dict[str, dict[str, int]] = {}
+            for u, state, n in s.execute(
+                select(who, Job.state, func.count())
+                .where(Job.state.in_(("queued", "running")))
+                .group_by(who, Job.state)
+            ):
+                counts.setdefault(u, {"queued": 0, "running": 0})[state] = int(n)
+            positions: dict[str, int] = {}
+            for kind in kinds:
+                released = s.scalars(
+                    select(Job.id).where(Job.kind == kind, Job.state == "queued",
+                                         Job.released_at.is_not(None))
+                    .order_by(Job.released_at, Job.created_at)
+                ).all()  # fmt: skip
+                rows = s.execute(
+                    select(Job.id, func.coalesce(Job.owner, ""), Job.priority, Job.created_at)
+                    .where(Job.kind == kind, Job.state == "queued", Job.released_at.is_(None),
+                           Job.cancel_requested.is_(False))
+                    .order_by(Job.priority.desc(), Job.created_at)
+                ).all()  # fmt: skip
+                busy = self._busy(s, kind)
+                last = self._last_starts(s, kind)
+                if fifo:
+                    rows = sorted(rows, key=lambda r: r[3])
+                    released, order = [], [r[0] for r in rows]
+                else:
+                    order = fair_order(rows, busy, last)
+                for k, job_id in enumerate(released):
+                    positions[job_id] = k + 1
+                for k, job_id in enumerate(order):
+                    positions[job_id] = len(released) + k + 1
+        return {"counts": counts, "positions": positions}
 
     # ------------------------------------------------------------ tokens
     def create_token(self, name: str, admin: bool = False) -> str:

@@ -26,10 +26,18 @@ from synattn_jobs.store import Experiment, Job, JobStore, new_id
 from synattn_shared.paths import UnsafePath, check_path_text, slug
 
 
-def _enqueue(job: Job) -> None:
+def _queue(store: JobStore, settings: JobSettings, jobs: list[Job]) -> None:
+    """Hand new jobs on: straight to the broker (``dispatch = fifo``), or to the fair
+    dispatcher, which releases them as worker slots free up (``synattn_jobs.dispatch``)."""
     from synattn_jobs.worker import enqueue
 
-    enqueue(job.id, job.kind)
+    if settings.dispatch == "fifo":
+        for job in jobs:
+            enqueue(job.id, job.kind)
+        return
+    from synattn_jobs.dispatch import dispatch
+
+    dispatch(store, settings, kinds=sorted({j.kind for j in jobs}))
 
 
 def _private(settings: JobSettings) -> tuple[Path, ...]:
@@ -73,28 +81,35 @@ def _run_dir(settings: JobSettings, name: str, out: str | None) -> Path:
 
 def submit_train(
     store: JobStore, settings: JobSettings, spec: TrainJobSpec, name: str | None = None,
-    out: str | None = None, owner: str | None = None,
+    out: str | None = None, owner: str | None = None, priority: int = 0,
 ) -> Job:  # fmt: skip
-    """Queue one training job (its run directory under ``runs_dir``)."""
+    """Queue one training job (its run directory under ``runs_dir``); ``QuotaExceeded`` when
+    the owner's queued jobs are at their limit."""
     stored = resolve_train_spec(spec, settings)
     job_name = _name(name, Path(stored.config).stem, "name")
     run_dir = _run_dir(settings, job_name, out)
-    job = store.create_job(
-        "train", job_name, stored.model_dump(mode="json"), str(run_dir), owner=owner
-    )
-    _enqueue(job)
+    _, (job,) = store.submit(
+        [{"kind": "train", "name": job_name, "spec": stored.model_dump(mode="json"),
+          "out_dir": str(run_dir), "priority": priority}],
+        owner, settings.max_queued_per_user,
+    )  # fmt: skip
+    _queue(store, settings, [job])
     return job
 
 
 def submit_parse(
     store: JobStore, settings: JobSettings, spec: ParseJobSpec, name: str | None = None,
-    owner: str | None = None,
+    owner: str | None = None, priority: int = 0,
 ) -> Job:  # fmt: skip
     """Queue one parse job; its output folder is the spec's ``out``."""
     spec = check_parse_spec(spec, settings.data_root, _private(settings))
     job_name = _name(name, Path(spec.out).name, "name")
-    job = store.create_job("parse", job_name, spec.model_dump(mode="json"), spec.out, owner=owner)
-    _enqueue(job)
+    _, (job,) = store.submit(
+        [{"kind": "parse", "name": job_name, "spec": spec.model_dump(mode="json"),
+          "out_dir": spec.out, "priority": priority}],
+        owner, settings.max_queued_per_user,
+    )  # fmt: skip
+    _queue(store, settings, [job])
     return job
 
 
@@ -135,21 +150,20 @@ def submit_experiment(
     """Queue every job of a grid; all are validated before the first one is queued."""
     planned = spec.expand(settings.max_grid_jobs)
     checked = [(p, resolve_train_spec(p["spec"], settings)) for p in planned]
-    exp = store.create_experiment(
-        spec.name, spec.baseline, spec.model_dump(mode="json"), owner=owner
-    )
+    exp_id = new_id()
     assert settings.runs_dir is not None
-    root = settings.runs_dir / f"{spec.name}-{exp.id[:6]}"
-    jobs = []
-    for p, train_spec in checked:
-        job = store.create_job(
-            "train", p["name"], train_spec.model_dump(mode="json"), str(root / p["name"]),
-            experiment_id=exp.id, variant=p["variant"], seed=p["seed"], params=p["params"],
-            owner=owner,
-        )  # fmt: skip
-        jobs.append(job)
-    for job in jobs:
-        _enqueue(job)
+    root = settings.runs_dir / f"{spec.name}-{exp_id[:6]}"
+    exp, jobs = store.submit(
+        [{"kind": "train", "name": p["name"], "spec": train_spec.model_dump(mode="json"),
+          "out_dir": str(root / p["name"]), "variant": p["variant"], "seed": p["seed"],
+          "params": p["params"], "priority": spec.priority}
+         for p, train_spec in checked],
+        owner, settings.max_queued_per_user,
+        experiment={"id": exp_id, "name": spec.name, "baseline": spec.baseline,
+                    "spec": spec.model_dump(mode="json")},
+    )  # fmt: skip
+    assert exp is not None
+    _queue(store, settings, jobs)
     return exp, jobs
 
 

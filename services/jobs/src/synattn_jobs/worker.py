@@ -233,19 +233,45 @@ def register_tasks(app: Celery) -> None:
     add_shard_task(app)
 
 
+def dispatch_now() -> list[str]:
+    """Release queued jobs to free worker slots (fair share; ``synattn_jobs.dispatch``)."""
+    from synattn_jobs.dispatch import dispatch
+
+    return dispatch(store(), get_settings())
+
+
 def reap_once() -> list[str]:
-    """Requeue the jobs whose worker stopped beating, and send their tasks again."""
-    requeued = store().requeue_stale(get_settings().stale_after_s)
+    """Requeue the jobs whose worker stopped beating; with fair dispatch they wait for a free
+    slot like any queued job (a release whose task was never sent is repeated too)."""
+    settings = get_settings()
+    requeued = store().requeue_stale(settings.stale_after_s)
     for job_id in requeued:
         job = store().get(job_id)
         if job is not None:
             log.warning("job %s lost its worker; requeued", job_id)
-            enqueue(job_id, job.kind)
+            if settings.dispatch == "fifo":
+                enqueue(job_id, job.kind)
+    if settings.dispatch == "fair":
+        store().unrelease_stale(settings.release_timeout_s)
+        dispatch_now()
     return requeued
 
 
+class Registration:
+    """This worker process as the fair dispatcher sees it: its queues and task slots."""
+
+    queues: str = ""
+    slots: int = 1
+
+    @classmethod
+    def beat(cls) -> None:
+        if cls.queues and not SHUTTING_DOWN.is_set():
+            store().register_worker(worker_name(), cls.queues, cls.slots)
+
+
 class Reaper(threading.Thread):
-    """Runs ``reap_once`` every half ``stale_after_s`` inside each worker process."""
+    """Every half ``stale_after_s`` inside each worker process: this worker's registration
+    beat, then ``reap_once`` (requeue lost jobs, dispatch)."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True, name="synattn-reaper")
@@ -253,6 +279,7 @@ class Reaper(threading.Thread):
     def run(self) -> None:
         while True:
             try:
+                Registration.beat()
                 reap_once()
             except Exception:
                 log.exception("reaper pass failed")
@@ -260,22 +287,46 @@ class Reaper(threading.Thread):
 
 
 @signals.worker_ready.connect
-def _start_reaper(**_: Any) -> None:
+def _start_reaper(sender: Any = None, **_: Any) -> None:
+    """Register this worker's queues and slots, release work to it, start the reaper."""
+    try:
+        queues = sorted(q.name for q in sender.task_consumer.queues)
+        slots = int(getattr(sender.controller, "concurrency", 1) or 1)
+    except AttributeError:  # pragma: no cover - a Celery without these attributes
+        queues, slots = ["parse", "train"], 1
+    Registration.queues, Registration.slots = ",".join(queues), 1 if once_mode() else slots
+    try:
+        Registration.beat()
+        dispatch_now()
+    except Exception:
+        log.exception("registration or first dispatch failed; the reaper retries")
     Reaper().start()
 
 
 @signals.worker_shutting_down.connect
 def _stop_running_jobs(**_: Any) -> None:
     """A warm shutdown (SIGTERM, SIGINT): the running job stops at its next step, is saved
-    and requeued (see ``execute``); Celery then exits once the task has returned."""
+    and requeued (see ``execute``); Celery then exits once the task has returned. The worker
+    leaves the dispatcher's slot count first."""
     SHUTTING_DOWN.set()
+    try:
+        store().unregister_worker(worker_name())
+    except Exception:
+        log.exception("could not unregister %s", worker_name())
 
 
 @signals.task_postrun.connect
-def _exit_after_one_job(**_: Any) -> None:
-    """``SYNATTN_WORKER_ONCE=1``: a warm shutdown after the first job (one Kubernetes Job per
-    queued job; its task is acknowledged before the process exits)."""
+def _after_a_task(**_: Any) -> None:
+    """A slot is free: release the next job to it (fair share). ``SYNATTN_WORKER_ONCE=1``: a
+    warm shutdown after the first job instead (one Kubernetes Job per queued job; its task is
+    acknowledged before the process exits)."""
     if once_mode() and RAN_ONE.is_set():
         import signal
 
         os.kill(os.getpid(), signal.SIGTERM)
+        return
+    if not SHUTTING_DOWN.is_set():
+        try:
+            dispatch_now()
+        except Exception:
+            log.exception("dispatch after a task failed; the reaper retries")

@@ -21,10 +21,14 @@ def _summary(e: Experiment) -> dict[str, Any]:
 
 
 @router.post(
-    "", status_code=201, response_model=ExperimentView, responses=problems(401, 403, 408, 413, 422)
+    "",
+    status_code=201,
+    response_model=ExperimentView,
+    responses=problems(401, 403, 408, 413, 422, 429),
 )
 def post_experiment(spec: ExperimentSpec, who: Caller, store: Store, settings: Settings) -> Any:
-    """Queue a grid: every job is validated before the first one is queued."""
+    """Queue a grid: every job is validated before the first one is queued, and a grid that
+    would put you over your queued-job quota is refused whole (429)."""
     exp, jobs = submit_experiment(store, settings, spec, owner=who.name)
     return {**_summary(exp), "spec": exp.spec, "jobs": [job_view(j) for j in jobs]}
 

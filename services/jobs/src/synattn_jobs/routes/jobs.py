@@ -17,16 +17,18 @@ router = APIRouter(prefix="/v1/jobs", route_class=StrictJSONRoute, tags=["jobs"]
 AUTH = (401, 403, 408, 413, 422)
 
 
-@router.post("/train", status_code=201, response_model=JobView, responses=problems(*AUTH))
+@router.post("/train", status_code=201, response_model=JobView, responses=problems(*AUTH, 429))
 def post_train(req: TrainRequest, who: Caller, store: Store, settings: Settings) -> Any:
-    """Queue a training job; its whole configuration is checked and stored now."""
-    return job_view(submit_train(store, settings, req.spec, req.name, req.out, owner=who.name))
+    """Queue a training job; its whole configuration is checked and stored now. A 429 (with
+    Retry-After) when your queued jobs are at your quota."""
+    job = submit_train(store, settings, req.spec, req.name, req.out, who.name, req.priority)
+    return job_view(job)
 
 
-@router.post("/parse", status_code=201, response_model=JobView, responses=problems(*AUTH))
+@router.post("/parse", status_code=201, response_model=JobView, responses=problems(*AUTH, 429))
 def post_parse(req: ParseRequest, who: Caller, store: Store, settings: Settings) -> Any:
     """Queue a parse job (a corpus under the data root into shards under it)."""
-    return job_view(submit_parse(store, settings, req.spec, req.name, owner=who.name))
+    return job_view(submit_parse(store, settings, req.spec, req.name, who.name, req.priority))
 
 
 @router.get("", response_model=list[JobView], responses=problems(*AUTH))

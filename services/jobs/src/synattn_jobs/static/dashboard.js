@@ -9,6 +9,7 @@ const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 const streams = new Map(); // job id -> AbortController of its event stream
 let jobs = new Map();
 let selected = null;
+let positions = new Map(); // queued job id -> its place in the fair order (/v1/queue)
 
 function token() { return sessionStorage.getItem(KEY); }
 
@@ -59,6 +60,7 @@ function signOut() {
 function progressText(job) {
   const p = job.progress || {};
   const parts = [];
+  if (job.state === "queued" && positions.has(job.id)) parts.push(`position ${positions.get(job.id)} in the ${job.kind} queue`);
   if (p.phase) parts.push(p.phase);
   if (p.update !== undefined) parts.push(`update ${p.update}${p.max_updates ? ` / ${p.max_updates}` : ""}`);
   if (p.loss !== undefined && p.loss !== null) parts.push(`loss ${Number(p.loss).toFixed(3)}`);
@@ -249,15 +251,17 @@ async function showReport(exp) {
 
 async function refresh() {
   if (!token()) return;
-  let exps, list;
+  let exps, list, queue;
   try {
-    [exps, list] = await Promise.all([
+    [exps, list, queue] = await Promise.all([
       api("/v1/experiments").then((r) => r.json()), api("/v1/jobs?limit=500").then((r) => r.json()),
+      api("/v1/queue").then((r) => r.json()),
     ]);
   } catch (err) {
     if (err.status === 401 || err.status === 403) { showError(`Signed out: ${err.message}`); sessionStorage.removeItem(KEY); }
     return;
   }
+  positions = new Map(queue.jobs.map((q) => [q.id, q.position]));
   $("empty").hidden = exps.length + list.length > 0;
   jobs = new Map(list.map((j) => [j.id, j]));
   const tbody = $("jobs").tBodies[0];
