@@ -13,22 +13,20 @@ Two figures, each beside today's direct enqueue (``SYNATTN_DISPATCH=fifo``) in t
 Needs PostgreSQL on 127.0.0.1:5432 and Redis on 6379 (``.ci/services.sh`` starts both); uses a
 database of its own (dropped afterwards) and Redis database 13 (flushed).
 
-    python bench/queue.py [--queued 10000] [--users 20] [--jobs 300] [--decisions 200]
+(Named fair_queue.py, not queue.py: a ``bench/queue.py`` would shadow the standard library's
+``queue`` module for every script in ``bench/``, torch's imports included.)
+
+    python bench/fair_queue.py [--queued 10000] [--users 20] [--jobs 300] [--decisions 200]
 """
 
 from __future__ import annotations
-
-import sys
-
-# this file is named like the standard library's queue module: keep bench/ off the import path
-if sys.path and sys.path[0] == __file__.rsplit("/", 1)[0]:
-    sys.path.pop(0)
 
 import argparse
 import itertools
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
