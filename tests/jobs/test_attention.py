@@ -119,3 +119,29 @@ def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
         token = env.cli("token", "create", "tester").stdout.strip()
         small = httpx.post(f"{base}/v1/jobs/{job}/attention", headers=h(token), json={"row": 2})
         assert small.status_code == 413 and "at most 4" in small.json()["detail"]
+    # free text through a real parser API: parsed by spaCy, teacher-forced on the model's own
+    # translation (there is no reference); a dead parser is a 502, not a 500
+    from tests.parser.conftest import TEST_LIMITS, api_server
+
+    sentence = "Two dogs run across the green field ."
+    with (
+        api_server(TEST_LIMITS, tmp_path / "parser.log") as (parser, parser_url),
+        serving(embedded, SYNATTN_PARSER_URL=parser_url) as (base, _, env),
+    ):
+        token = env.cli("token", "create", "tester").stdout.strip()
+        r = httpx.post(f"{base}/v1/jobs/{job}/attention", headers=h(token),
+                       json={"text": sentence},
+                       timeout=180)  # fmt: skip
+        assert r.status_code == 200, r.text
+        free = r.json()
+        assert free["row"] is None and free["split"] is None
+        assert free["syntax"]["words"] == sentence.split(" ")
+        assert len(free["syntax"]["arcs"]) == 7  # one root among eight words
+        assert free["tokens"]["target"][0] == "<s>"
+        a = np.asarray(free["modules"]["enc_dec.1"])
+        np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5)
+        parser.terminate()
+        parser.wait(20)
+        dead = httpx.post(f"{base}/v1/jobs/{job}/attention", headers=h(token),
+                          json={"text": "A cat ."}, timeout=180)  # fmt: skip
+        assert dead.status_code == 502 and "parser API" in dead.json()["detail"]

@@ -257,8 +257,8 @@ def run_stats(folder: Path) -> dict[str, dict[str, list[float | None]]]:
 
 
 def text_corpus(run: Loaded, parsed: dict[str, Any]) -> Corpus:
-    """A one-row corpus from a parser API sentence; the target is the model's own translation
-    (there is no reference), so decoder attention is over what the model would output."""
+    """A one-row corpus from a parser API sentence; the target is the model's own greedy
+    translation (there is no reference), so decoder attention is over what it would output."""
     from synattn_trainer.data import SYNTAX_COLUMNS
     from synattn_trainer.decode import translate_corpus
 
@@ -266,6 +266,6 @@ def text_corpus(run: Loaded, parsed: dict[str, Any]) -> Corpus:
     row["tgt"] = ""
     row["has_syntax"] = bool(parsed.get("has_syntax"))
     source = corpus_from_rows([row], run.tok, source_eos=run.cfg.data.source_eos)
-    (hyp,) = translate_corpus(run.model, source, run.tok, run.cfg.decode)
+    (hyp,) = translate_corpus(run.model, source, run.tok, run.cfg.decode, beam=1)  # greedy
     row["tgt"] = hyp
     return corpus_from_rows([row], run.tok, source_eos=run.cfg.data.source_eos)
