@@ -202,6 +202,7 @@ def synattn_config(job: dict[str, Any]) -> Any:
                 "patience": 0,
                 "bleu_every": 0,
                 "max_updates": max(1, len(job["batches"])),
+                "checkpoint_select": "last",  # the final weights, as fairseq's side is scored
             },
             "decode": {
                 "beam": job["beam"],

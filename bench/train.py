@@ -105,7 +105,9 @@ def main() -> None:
         "model": {**SMALL, "dropout": 0.1, "attn_dropout": 0.1},
         "optim": {"lr": 1e-3, "warmup": 400},
         "train": {"max_updates": args.train_updates or 1, "seed": args.seed, "patience": 0,
-                  "average_last": 5, "bleu_every": 0, "log_every": 100},
+                  "checkpoint_every_updates": max(1, (args.train_updates or 1) // 20),
+                  "average_last": 5 if (args.train_updates or 1) >= 20 else 1,
+                  "bleu_every": 0, "log_every": 100},
         "decode": {"beam": 5, "lenpen": 1.0, "batch_sentences": 100},
     })  # fmt: skip
     vocab = tok.get_vocab_size()
