@@ -94,6 +94,18 @@ def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
         warm = time.perf_counter() - t0
         assert again.status_code == 200 and again.json()["model_cached"] is True
         assert warm < cold
+        # requests at once share one loaded model: each gets its own row, never a 500
+        from concurrent.futures import ThreadPoolExecutor
+
+        def fetch(row: int) -> tuple[int, list[str]]:
+            got = httpx.post(url, headers=h(token), json={"row": row}, timeout=120)
+            return got.status_code, got.json()["tokens"]["source"] if got.is_success else []
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(fetch, [k % 6 for k in range(24)]))
+        assert {status for status, _ in answers} == {200}
+        for k, (_, source) in enumerate(answers):
+            assert source == answers[k % 6][1]
         # another user's job is not told apart from a missing one
         other = env.cli("token", "create", "mallory").stdout.strip()
         assert httpx.post(url, headers=h(other), json={"row": 0}).status_code == 404

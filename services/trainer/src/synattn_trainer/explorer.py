@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,11 +37,14 @@ V = TypeVar("V")
 
 @dataclass(frozen=True)
 class Loaded:
-    """A trained model in eval mode, its configuration and its vocabulary."""
+    """A trained model in eval mode, its configuration and its vocabulary. ``lock`` is held
+    around each use: a forward pass leaves its probabilities (and RHE's labels) on the
+    modules, so two requests must not interleave on one model."""
 
     model: Transformer
     cfg: TrainConfig
     tok: Tokenizer
+    lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
 
 
 class _Lru:

@@ -88,7 +88,8 @@ def attention(
     dep_rel = None
     if req.text is not None:
         parsed = _parse(req.text, settings)
-        corpus, row = explorer.text_corpus(run, parsed), 0
+        with run.lock:
+            corpus, row = explorer.text_corpus(run, parsed), 0
         dep_rel = parsed.get("dep_rel")
     else:
         split = getattr(run.cfg.data, req.split)
@@ -107,8 +108,9 @@ def attention(
             413, f"the sentence has {src_len} source and {tgt_len} target subwords; the "
             f"explorer shows at most {limit} (SYNATTN_ATTENTION_MAX_TOKENS)",
         )  # fmt: skip
-    arrays, src, tgt = explorer.row_attention(run.model, run.tok, corpus, row)
-    roles = explorer.head_roles(run.model)  # after the forward: RHE's labels are this row's
+    with run.lock:  # one forward at a time per model: it leaves state on the modules
+        arrays, src, tgt = explorer.row_attention(run.model, run.tok, corpus, row)
+        roles = explorer.head_roles(run.model)  # after the forward: RHE's labels are this row's
     # the arrays go out as numpy through orjson: what the route would otherwise spend on
     # validating and encoding ~10^4-10^5 floats as Python objects (bench/attention_api.py)
     return ORJSONResponse({
