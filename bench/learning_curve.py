@@ -63,7 +63,7 @@ def plot(results: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = sorted(p for p in results.glob("*-s*.json"))
+    runs = sorted(p for p in results.glob("*-s*.json") if not p.stem.endswith("-avg"))
     if not runs:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
@@ -73,10 +73,16 @@ def plot(results: Path) -> Path | None:
         if not pts:
             continue
         ups = [p["update"] for p in pts]
+        avg_file = path.with_name(f"{path.stem}-avg.json")
+        avg_pts = load_points(avg_file)["points"] if avg_file.is_file() else []
         for ax, key in zip(axes, ("valid_bleu", "test_bleu"), strict=True):
-            ax.plot(ups, [p[key] for p in pts], marker="o", ms=3, label=path.stem)
+            line = ax.plot(ups, [p[key] for p in pts], marker="o", ms=3, label=path.stem)[0]
+            avg = [(p["update"], p[f"avg_{key}"]) for p in avg_pts if f"avg_{key}" in p]
+            if avg:
+                ax.plot(*zip(*avg, strict=True), ls="--", marker="s", ms=3,
+                        color=line.get_color(), label=f"{path.stem} averaged")  # fmt: skip
     for ax, title in zip(axes, ("validation BLEU", "test2016 BLEU"), strict=True):
-        ax.set_title(title + " (cased sacreBLEU, single checkpoint)")
+        ax.set_title(title + " (cased sacreBLEU)")
         ax.set_xlabel("update")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("BLEU")
@@ -88,6 +94,33 @@ def plot(results: Path) -> Path | None:
     plt.close(fig)
     os.replace(tmp, out)
     return out
+
+
+def rescore_averages(
+    trainer: Any, test_data: Any, points: list[dict[str, Any]], run: Path
+) -> None:
+    """``avg_*`` fields per point: the average of the last 5 kept checkpoints (any saved:
+    every K updates or at an epoch's end) whose update lies in ``[0.75 U, U]``."""
+    from synattn_trainer import checkpoint as ck
+    from synattn_trainer.evaluate import corpus_bleu
+
+    saved = {ck.update_of(p): p for p in ck.checkpoints(run / "checkpoints")}
+    for point in points:
+        u = point["update"]
+        window = sorted(k for k in saved if 0.75 * u - 1e-9 <= k <= u)[-5:]
+        if len(window) < 2 or point.get("avg_updates") == window:
+            continue
+        trainer.model.load_state_dict(ck.average([saved[k] for k in window]))
+        vh = trainer.translate(trainer.valid_data)
+        th = trainer.translate(test_data)
+        point.update(
+            avg_updates=window,
+            avg_valid_bleu=round(corpus_bleu(vh, trainer.valid_data.refs).score, 2),
+            avg_test_bleu=round(corpus_bleu(th, test_data.refs).score, 2),
+            avg_test_bleu_lc=round(corpus_bleu(th, test_data.refs, lowercase=True).score, 2),
+        )
+        print(json.dumps({k: point[k] for k in ("update", "avg_updates", "avg_valid_bleu",
+                                                  "avg_test_bleu")}), flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -104,6 +137,13 @@ def main() -> None:
     ap.add_argument("--home", type=Path, default=REPO / "build" / "curve")
     ap.add_argument("--results", type=Path, default=REPO / "results" / "learning-curve")
     ap.add_argument("--plot-only", action="store_true")
+    ap.add_argument(
+        "--rescore-averages",
+        action="store_true",
+        help="score, for each point, the average of the last 5 kept checkpoints inside the "
+        "final quarter of the updates so far (what the study's protocol would report had the "
+        "run ended there) into <system>-s<seed>-avg.json, and exit",
+    )
     args = ap.parse_args()
     if args.every < 1 or args.patience < 1 or args.max_updates < args.every:
         raise SystemExit("--every and --patience must be >= 1 and --max-updates >= --every")
@@ -183,6 +223,19 @@ def main() -> None:
         plot(args.results)
         print(json.dumps(point), flush=True)
 
+    if args.rescore_averages:  # a file of its own: the training process rewrites the other
+        avg_path = args.results / f"{name}-avg.json"
+        averaged = load_points(avg_path)
+        known = {p["update"]: p for p in averaged["points"]}
+        fresh = [known.get(p["update"], {"update": p["update"]}) for p in points]
+        rescore_averages(trainer, test_data, fresh, run_dir)
+        averaged.update(
+            points=[p for p in fresh if "avg_updates" in p],
+            command="python bench/learning_curve.py " + " ".join(sys.argv[1:]),
+        )
+        atomic_write_text(avg_path, json.dumps(averaged, indent=2) + "\n")
+        plot(args.results)
+        return
     resumed = trainer.resume()
     if resumed and trainer.update % args.every == 0 and trainer.update not in scored:
         score(0.0, 0)  # killed while scoring this checkpoint
