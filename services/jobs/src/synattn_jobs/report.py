@@ -118,7 +118,8 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
         done = [j for j in members if _ok(j)]
         variant = members[0].variant or key
         protocol = protocols.get(variant)
-        bleus = [scored(j, protocol)["bleu"] for j in done]
+        scores = {j.id: scored(j, protocol) for j in done}
+        bleus = [scores[j.id]["bleu"] for j in done]
         is_baseline = variant in baseline_names and not any(j.params for j in members)
         vs = own_baselines.get(variant, exp.baseline)
         row: dict[str, Any] = {
@@ -128,10 +129,8 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             "states": sorted({j.state for j in members}),
             "bleu_mean": statistics.fmean(bleus) if bleus else None,
             "bleu_std": statistics.stdev(bleus) if len(bleus) > 1 else None,  # one seed: no std
-            "bleu_by_seed": {str(j.seed): scored(j, protocol)["bleu"] for j in done},
-            "chrf_mean": statistics.fmean(scored(j, protocol)["chrf"] for j in done)
-            if done
-            else None,
+            "bleu_by_seed": {str(j.seed): scores[j.id]["bleu"] for j in done},
+            "chrf_mean": statistics.fmean(scores[j.id]["chrf"] for j in done) if done else None,
             "protocol": protocol or (done[0].result.get("selection") if done else None),
             "parameters": done[0].result.get("parameters") if done else None,
             "tokens_per_s": statistics.median(
@@ -159,7 +158,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             base_jobs = seeds_of(vs)
             boot = _pooled_bootstrap(done, base_jobs, bootstrap, read, protocol)
             cmp = compare_seeds(
-                {j.seed: scored(j, protocol)["bleu"] for j in done if j.seed is not None},
+                {j.seed: scores[j.id]["bleu"] for j in done if j.seed is not None},
                 {s: scored(b, protocol)["bleu"] for s, b in base_jobs.items() if _ok(b)},
                 boot,
             )

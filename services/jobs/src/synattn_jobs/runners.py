@@ -125,10 +125,10 @@ def run_train(
 def _finals(result: Any, checkpoint: Path) -> dict[str, Path]:
     """Every final model the run made (``train.checkpoint_select`` and ``extra_selections``),
     the primary one first; the evaluated checkpoint alone for a result without them."""
-    finals: dict[str, Path] = dict(getattr(result, "finals", {}) or {})
-    primary = result.selection if result.selection in finals else None
-    if primary is None:
-        return {result.selection: Path(checkpoint)}
+    finals: dict[str, Path] = result.finals
+    primary = result.selection
+    if primary not in finals:
+        return {primary: Path(checkpoint)}
     return {primary: finals[primary], **{k: v for k, v in finals.items() if k != primary}}
 
 

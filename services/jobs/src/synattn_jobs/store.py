@@ -305,21 +305,11 @@ class JobStore:
 
     # ------------------------------------------------------------ creating
     def create_job(
-        self,
-        kind: JobKind,
-        name: str,
-        spec: dict[str, Any],
-        out_dir: str,
-        *,
-        experiment_id: str | None = None,
-        variant: str | None = None,
-        seed: int | None = None,
-        params: dict[str, Any] | None = None,
-        owner: str | None = None,
-        priority: int = 0,
+        self, kind: JobKind, name: str, spec: dict[str, Any], out_dir: str, **fields: Any
     ) -> Job:
-        job = _new_job(kind, name, spec, out_dir, experiment_id=experiment_id, variant=variant,
-                       seed=seed, params=params, owner=owner, priority=priority)  # fmt: skip
+        """One queued job outside any quota (``submit`` checks them); ``fields`` are
+        ``_new_job``'s keywords (experiment_id, variant, seed, params, owner, priority)."""
+        job = _new_job(kind, name, spec, out_dir, **fields)
         with self.session() as s:
             s.add(job)
         return job
@@ -698,24 +688,22 @@ class JobStore:
                 counts.setdefault(u, {"queued": 0, "running": 0})[state] = int(n)
             positions: dict[str, int] = {}
             for kind in kinds:
-                released = s.scalars(
-                    select(Job.id).where(Job.kind == kind, Job.state == "queued",
-                                         Job.released_at.is_not(None))
-                    .order_by(Job.released_at, Job.created_at)
-                ).all()  # fmt: skip
                 rows = s.execute(
                     select(Job.id, func.coalesce(Job.owner, ""), Job.priority, Job.created_at)
                     .where(Job.kind == kind, Job.state == "queued", Job.released_at.is_(None),
                            Job.cancel_requested.is_(False))
                     .order_by(Job.priority.desc(), Job.created_at)
                 ).all()  # fmt: skip
-                busy = self._busy(s, kind)
-                last = self._last_starts(s, kind)
-                if fifo:
-                    rows = sorted(rows, key=lambda r: r[3])
-                    released, order = [], [r[0] for r in rows]
+                released: Sequence[str] = []
+                if fifo:  # every queued job is in the broker already, in submission order
+                    order = [r[0] for r in sorted(rows, key=lambda r: r[3])]
                 else:
-                    order = fair_order(rows, busy, last)
+                    released = s.scalars(
+                        select(Job.id).where(Job.kind == kind, Job.state == "queued",
+                                             Job.released_at.is_not(None))
+                        .order_by(Job.released_at, Job.created_at)
+                    ).all()  # fmt: skip
+                    order = fair_order(rows, self._busy(s, kind), self._last_starts(s, kind))
                 for k, job_id in enumerate(released):
                     positions[job_id] = k + 1
                 for k, job_id in enumerate(order):

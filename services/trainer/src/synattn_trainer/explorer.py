@@ -147,6 +147,8 @@ def head_roles(model: Transformer) -> dict[str, list[str]]:
     """What each head of each module is, in words: ``learned``, ``fixed: previous token``,
     ``gated (SLR)``, ``masked (DEA)``, ``important`` / ``enlivened (LPEA)`` / ``pruned`` (RHE,
     for the sentence of the last forward pass), ``routed``; several joined by ``; ``."""
+    from synattn_trainer.variants.base import AttentionVariant
+    from synattn_trainer.variants.disagreement import Disagreement
     from synattn_trainer.variants.fixed import Fixed
     from synattn_trainer.variants.rhe import Rhe
     from synattn_trainer.variants.routing import Routing
@@ -180,10 +182,8 @@ def head_roles(model: Transformer) -> dict[str, list[str]]:
             elif isinstance(v, Routing):
                 for h in range(m.h):
                     tags[h].append(f"routed ({cfg.method})")
-            else:
-                name = type(v).__name__
-                if name in ("AttentionVariant", "Disagreement"):
-                    continue  # vanilla; a loss only
+            elif type(v) is not AttentionVariant and not isinstance(v, Disagreement):
+                name = type(v).__name__  # vanilla adds nothing; disagreement is a loss only
                 label = {"Dea": "masked (DEA)", "Lpea": "biased (LPEA)"}.get(name, name.lower())
                 for h in chosen:
                     tags[h].append(label)
@@ -208,11 +208,13 @@ def row_syntax(
                 rel = dep_rel[i] if dep_rel is not None and i < len(dep_rel) else None
                 arcs.append({"dep": i, "head": int(h) - 1, "rel": rel})
     s2w = corpus.s2w[row].tolist()
-    names = {type(r).__name__ for r in model.feature_requests()}
+    from synattn_shared.requests import DeaBias, DeaMask, SlrBias
+
+    requests = model.feature_requests()
     want: list[str] = []
-    if any(n.startswith("Dea") for n in names):
+    if any(isinstance(r, DeaMask | DeaBias) for r in requests):
         want += SYNTAX_FEATURES["dea"]
-    if any(n.startswith("Slr") for n in names):
+    if any(isinstance(r, SlrBias) for r in requests):
         want += SYNTAX_FEATURES["slr"]
     matrices: dict[str, Any] = {}
     if want and rec.get("has_syntax", True):

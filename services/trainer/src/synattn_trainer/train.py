@@ -38,6 +38,8 @@ from synattn_trainer.dropout import use_fast as use_fast_dropout
 from synattn_trainer.model import Transformer, count_parameters
 from synattn_trainer.tokenizer import PAD_ID, load_tokenizer
 
+FINAL_NAMES = {"average": "averaged.pt", "best_valid": "best.pt"}  # model-only final files
+
 
 def lr_factor(step: int, warmup: int) -> float:
     """Linear warm-up to 1 over ``warmup`` updates, then ``sqrt(warmup / step)`` (§6.3)."""
@@ -180,9 +182,13 @@ class TrainResult:
     averaged: Path | None  # the final model file when it is not ``checkpoint`` itself
     stopped: Stop
     selection: str = "last"  # how the final model was chosen (train.checkpoint_select)
-    averaged_updates: list[int] = field(default_factory=list)  # [] for a single checkpoint
     finals: dict[str, Path] = field(default_factory=dict)  # every selection made: its model
     final_updates: dict[str, list[int]] = field(default_factory=dict)  # and its updates
+
+    @property
+    def averaged_updates(self) -> list[int]:
+        """The updates averaged into the chosen final model ([] for a single checkpoint)."""
+        return self.final_updates.get(self.selection, [])
 
 
 class Trainer:
@@ -299,11 +305,12 @@ class Trainer:
         self.best_select = (float(loss), int(update))
         ck.set_rng_state(state["rng"])
 
-    def save(self, scheduled: bool = True) -> Path | None:
+    def save(self, scheduled: bool = True, valid_loss: float | None = None) -> Path | None:
         """Write the state atomically (rank 0): a scheduled checkpoint ``ckpt-<update>.pt``
         (the newest ones are kept; the final model is chosen among them), or ``resume.pt``,
         a point to resume from that never enters the final model (an epoch's end between
-        K-update saves, an interruption)."""
+        K-update saves, an interruption). ``valid_loss``: this update's, when the caller has
+        it (``best_valid`` compares it, and validates otherwise)."""
         if self.rank != 0:
             return None
         if not scheduled:
@@ -311,10 +318,10 @@ class Trainer:
             ck.atomic_save(self.state_dict(), path)
             return path
         if "best_valid" in self.cfg.train.selections():
-            loss = self.validate()["valid_loss"]
+            loss = self.validate()["valid_loss"] if valid_loss is None else valid_loss
             if loss < self.best_select[0]:
                 self.best_select = (loss, self.update)
-                self._write_final([self.update], "best.pt", single=True)
+                self._write_final([self.update], "best_valid")
         path = self.ckpt_dir / f"ckpt-{self.update:08d}.pt"
         ck.atomic_save(self.state_dict(), path)
         ck.prune(self.ckpt_dir, max(self.cfg.train.keep_checkpoints, self.cfg.train.average_last))
@@ -515,10 +522,9 @@ class Trainer:
         last = ck.latest(self.ckpt_dir)
         if done and self.rank == 0:
             for kind in self.cfg.train.selections():
-                path = self._final_model(kind, last)
+                path, picked = self._final_model(kind, last)
                 if path is not None:
-                    finals[kind] = path
-                    updates[kind] = self.averaged_updates() if kind == "average" else []
+                    finals[kind], updates[kind] = path, picked
             self._log_dev_gates()
         chosen = finals.get(select)
         self.log({"event": "end", "update": self.update, "epoch": self.epoch, "stopped": stop,
@@ -526,17 +532,19 @@ class Trainer:
                   "finals": {k: str(v) for k, v in finals.items()}})  # fmt: skip
         return TrainResult(
             self.update, self.epoch, self.best_valid, last, None if chosen == last else chosen,
-            stop, select, updates.get(select, []), finals, updates,
+            stop, select, finals, updates,
         )  # fmt: skip
 
-    def _final_model(self, kind: str, last: Path | None) -> Path | None:
-        """The file of one final-model selection: averaged.pt, the last checkpoint, best.pt."""
+    def _final_model(self, kind: str, last: Path | None) -> tuple[Path | None, list[int]]:
+        """One final-model selection's file (averaged.pt, the last checkpoint, best.pt) and
+        the updates averaged into it ([] for a single checkpoint)."""
         if kind == "average":
-            return self.average()
+            picked = self.averaged_updates()
+            return self.average(picked), picked
         if kind == "best_valid":
-            best = self.out / "best.pt"
-            return best if best.is_file() else None
-        return last
+            best = self.out / FINAL_NAMES["best_valid"]
+            return (best if best.is_file() else None), []
+        return last, []
 
     def _log_dev_gates(self) -> None:
         """Gated SLR: the gates over the dev set in eval mode (what seed 003 Fig. 3 shows),
@@ -587,7 +595,7 @@ class Trainer:
             bleu = corpus_bleu(hyps, self.valid_data.refs[:n])
             rec.update(valid_bleu=bleu.score, bleu_signature=bleu.signature)
         self.log(rec)
-        self.save(scheduled=final or not self.cfg.train.checkpoint_every_updates)
+        self.save(final or not self.cfg.train.checkpoint_every_updates, valid["valid_loss"])
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -637,21 +645,21 @@ class Trainer:
         picked = last_in_window(saved, t.average_last, self.update, t.average_window)
         return picked if len(picked) > 1 else []
 
-    def average(self) -> Path | None:
-        """Average the checkpoints of ``averaged_updates`` (or keep the last one alone) into
-        ``averaged.pt``: model weights, config, and the updates that went in."""
+    def average(self, updates: list[int] | None = None) -> Path | None:
+        """Average the checkpoints at ``updates`` (default ``averaged_updates``; none: keep the
+        last one alone) into ``averaged.pt``: model weights, config, the updates that went in."""
         if self.rank != 0:
             return None
         latest = ck.latest(self.ckpt_dir)
         if latest is None:
             return None
-        updates = self.averaged_updates()
-        return self._write_final(updates or [ck.update_of(latest)], "averaged.pt", not updates)
+        updates = self.averaged_updates() if updates is None else updates
+        return self._write_final(updates or [ck.update_of(latest)], "average")
 
-    def _write_final(self, updates: list[int], name: str, single: bool) -> Path:
-        """A model-only file of the checkpoints at ``updates`` (averaged when several), or of
-        the current weights when ``single`` and the update is this one."""
-        if single and updates == [self.update]:
+    def _write_final(self, updates: list[int], kind: str) -> Path:
+        """``FINAL_NAMES[kind]``: a model-only file of the checkpoints at ``updates`` (averaged
+        when several), or of the current weights when that is this update alone."""
+        if updates == [self.update]:
             weights = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
         else:
             weights = ck.average([self.ckpt_dir / f"ckpt-{u:08d}.pt" for u in updates])
@@ -659,10 +667,10 @@ class Trainer:
             "model": weights,
             "config": self.cfg.model_dump(mode="json"),
             "vocab_size": self.tok.get_vocab_size(),
-            "selection": self.cfg.train.checkpoint_select,
+            "selection": kind,
             "updates": updates,
         }
-        target = self.out / name
+        target = self.out / FINAL_NAMES[kind]
         ck.atomic_save(state, target)
         return target
 
