@@ -110,3 +110,27 @@ def test_grid_expansion() -> None:
     assert over["data"] == {"max_len": 100} and over["attention"]["enc_self"][0]["name"] == "slr"
     with pytest.raises(BadJobSpec, match="baseline"):
         ExperimentSpec(name="e", config="c", variants=["dea"]).expand(200)
+
+
+def _open_store(url: str) -> str:
+    try:
+        JobStore(url)
+    except Exception as exc:  # reported to the parent, which fails with it
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+@pytest.mark.integration
+def test_services_starting_together_on_an_empty_postgres_all_get_the_tables(
+    postgres_url: str,
+) -> None:
+    """The compose stack's first start: the job API and three workers create the tables at
+    once on an empty database. Without the schema lock some lost with a duplicate-type error
+    (pg_type_typname_nsp_index) and restarted."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(6) as pool:
+        outcomes = pool.map(_open_store, [postgres_url] * 6)
+    assert outcomes == ["ok"] * 6
+    assert JobStore(postgres_url).jobs() == []

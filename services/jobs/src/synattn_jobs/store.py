@@ -139,6 +139,7 @@ DISPATCH_INDEXES = (  # created on stores made before fair share too
     Index("ix_jobs_next", Job.kind, Job.state, Job.owner, Job.priority, Job.created_at),
 )
 LOCKS = ("dispatch", "submit")
+SCHEMA_LOCK_KEY = 0x53594E41  # "SYNA": PostgreSQL advisory lock held while creating tables
 
 
 class QuotaExceeded(Exception):
@@ -275,9 +276,27 @@ class JobStore:
 
     def __init__(self, url: str) -> None:
         self.engine = make_engine(url)
-        Base.metadata.create_all(self.engine)
-        self._add_missing_columns()
+        with self._schema_lock():
+            Base.metadata.create_all(self.engine)
+            self._add_missing_columns()
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def _schema_lock(self) -> Iterator[None]:
+        """One process at a time creates or upgrades the tables. On PostgreSQL, services that
+        start together on an empty database (the compose stack's API and workers) would
+        otherwise race in CREATE TABLE and lose with a duplicate-type error; an advisory
+        lock serialises them. SQLite serialises writers itself."""
+        if self.engine.dialect.name != "postgresql":
+            yield
+            return
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
+                conn.commit()
 
     def _add_missing_columns(self) -> None:
         """Bring a store made by an earlier release up to date (new nullable columns only)."""
@@ -483,6 +502,32 @@ class JobStore:
             values["result"] = result
         with self.session() as s:
             return _rowcount(s.execute(stmt.values(**values))) == 1
+
+    def adopt_finished(
+        self,
+        job_id: str,
+        result: dict[str, Any],
+        started_at: float | None,
+        finished_at: float | None,
+        attempts: int = 1,
+    ) -> bool:
+        """Record a queued job as already succeeded elsewhere (a run published by an earlier
+        session of a study, bench/reproduce.py): its result and timing, no worker. Only a job
+        still queued is taken, so a job a worker claimed meanwhile trains as usual."""
+        stmt = (
+            update(Job)
+            .where(Job.id == job_id, Job.state == "queued")
+            .values(
+                state="succeeded",
+                result=result,
+                started_at=started_at,
+                finished_at=finished_at,
+                attempts=attempts,
+                error=None,
+            )
+        )
+        with self.session() as s:
+            return _rowcount(s.execute(stmt)) == 1
 
     def release(self, job_id: str, worker: str, error: str) -> None:
         """Give a running job back to the queue (a transient error, retried later); the caller
