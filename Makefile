@@ -10,7 +10,8 @@ TORCH_SPEC ?= torch==2.13.0
 PROJECTS := shared/pyproject.toml services/parser/pyproject.toml services/trainer/pyproject.toml \
 	services/jobs/pyproject.toml
 
-.PHONY: venv data demo test lint pytest bench bench-peer clean
+.PHONY: venv data demo test lint pytest bench bench-peer clean compose-up compose-down compose-demo \
+	compose-test
 
 venv: $(STAMP)
 
@@ -76,6 +77,22 @@ bench: venv
 # .cache/peer/venv once, with this venv's torch pinned; ~40 min on 2 CPU cores)
 bench-peer: venv
 	$(BIN)/python bench/peer.py --data-dir $(DATA_DIR)
+
+# The pipeline in containers (deploy/compose.sh): Redis, PostgreSQL, the APIs and the workers,
+# with the CPU trainer; dockerd, Compose v2 and base images are set up when missing (local
+# stand-ins from Debian packages where no image registry answers: deploy/local-images.sh).
+compose-up: venv
+	bash deploy/compose.sh up
+
+compose-down:
+	bash deploy/compose.sh down
+
+compose-demo: venv
+	DATA_DIR=$(DATA_DIR) bash deploy/compose.sh demo
+
+# up, tests/compose end to end, down; exits non-zero on any failure
+compose-test: venv
+	DATA_DIR=$(DATA_DIR) bash deploy/compose.sh test
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis
