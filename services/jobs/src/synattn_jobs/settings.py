@@ -39,6 +39,13 @@ class JobSettings(BaseSettings, ServeTimeouts):
         7 * 24 * 3600, description="Redis redelivery of unacked tasks: longer than any run"
     )
     max_retries: int = Field(5, ge=0, description="retries of transient errors, with backoff")
+    store_outage_s: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="how long a worker waits out an unreachable job store (a database restart) "
+        "before a claim or a job's outcome gives up",
+    )
     max_body_bytes: int = Field(1_000_000, ge=1024, description="job API request body limit")
     events_max_s: float = Field(
         3600.0, gt=0, le=86_400, description="a progress event stream closes after this"

@@ -7,6 +7,10 @@ that a heartbeat per running job: a reaper thread in every worker puts jobs whos
 silent (``kill -9``, a lost node) back on the queue, and they resume from their last checkpoint.
 A task claims its job with one conditional UPDATE, so redeliveries never run a job twice.
 
+A restart of the job store's database (PostgreSQL going down for seconds) does not fail a job:
+progress and cancel checks are skipped while it is unreachable, and the claim and the outcome
+are retried with backoff for up to ``SYNATTN_STORE_OUTAGE_S``.
+
 Nothing is built at import: the app (and the settings it reads) is made on first use, and
 ``celery -A synattn_jobs.worker`` finds it through the module attribute ``app``.
 
@@ -18,6 +22,7 @@ further delivery is handed back to the queue untouched.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -32,12 +37,13 @@ from celery import Celery, signals
 from celery.exceptions import Reject
 from kombu.entity import Queue
 from pydantic import ValidationError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from synattn_jobs.errors import BadJobSpec
 from synattn_jobs.runners import Cancelled
 from synattn_jobs.settings import JobSettings, get_settings
 from synattn_jobs.specs import ParseJobSpec, StoredTrainSpec, TrainJobSpec
-from synattn_jobs.store import JobStore
+from synattn_jobs.store import JobState, JobStore
 
 log = logging.getLogger("synattn.jobs")
 TASK_FOR_KIND = {"parse": "synattn.jobs.parse", "train": "synattn.jobs.train"}
@@ -141,13 +147,54 @@ def cancel_checker(job_id: str, beat: Heartbeat) -> Callable[[], bool]:
         now = time.monotonic()
         if now - last[0] >= get_settings().cancel_poll_s:
             last[0] = now
-            last[1] = store().cancel_requested(job_id)
+            with contextlib.suppress(*STORE_DOWN):  # unreachable: train on, ask next poll
+                last[1] = store().cancel_requested(job_id)
         return bool(last[1])
 
     return should_stop
 
 
-TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+# the job store's database unreachable or restarting (SQLite: locked); worth waiting out
+STORE_DOWN: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, *STORE_DOWN)
+
+
+def patiently(call: Callable[[], Any], what: str) -> Any:
+    """``call()``, retried with backoff while the job store is unreachable, for up to
+    ``store_outage_s``: a job's claim and outcome must outlast a database restart."""
+    deadline = time.monotonic() + get_settings().store_outage_s
+    delay = 0.25
+    while True:
+        try:
+            return call()
+        except STORE_DOWN as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("%s: the job store is unreachable (%s); retrying in %.1f s", what,
+                        type(exc).__name__, delay)  # fmt: skip
+            time.sleep(delay)
+            delay = min(2 * delay, 5.0)
+
+
+def progress_reporter(job_id: str) -> Callable[[dict[str, Any]], None]:
+    """The runner's ``progress``: best effort, since the next report carries newer figures;
+    while the store is unreachable the job trains on and one warning says so."""
+    down = [False]
+
+    def report(p: dict[str, Any]) -> None:
+        try:
+            store().set_progress(job_id, p)
+        except STORE_DOWN as exc:
+            if not down[0]:
+                log.warning("progress of %s not recorded: the job store is unreachable (%s)",
+                            job_id, type(exc).__name__)  # fmt: skip
+            down[0] = True
+        else:
+            if down[0]:
+                log.warning("progress of %s recorded again: the job store is back", job_id)
+            down[0] = False
+
+    return report
 
 
 def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
@@ -161,16 +208,21 @@ def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
         raise Reject(f"job {job_id}: the worker is shutting down", requeue=True)
     s = store()
     me = worker_name()
-    if not s.claim(job_id, me, get_settings().stale_after_s):
+    if not patiently(lambda: s.claim(job_id, me, get_settings().stale_after_s), f"claim {job_id}"):
         job = s.get(job_id)
         state = None if job is None else job.state
         log.info("job %s not claimed (state %s): nothing to do", job_id, state)
         return {"job": job_id, "skipped": state}
     RAN_ONE.set()
-    job = s.get(job_id)
+    job = patiently(lambda: s.get(job_id), f"read {job_id}")
     assert job is not None
     beat = Heartbeat(job_id, me)
     beat.start()
+
+    def settle(state: JobState, **outcome: Any) -> None:
+        """Record the job's outcome, waiting out a store outage."""
+        patiently(lambda: s.finish(job_id, state, worker=me, **outcome), f"finish {job_id}")
+
     should_stop = cancel_checker(job_id, beat)
     try:
         if kind == "train":
@@ -183,30 +235,30 @@ def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
         else:
             spec = ParseJobSpec.model_validate(job.spec)
             run = runners.run_parse
-        result = run(spec, Path(job.out_dir), lambda p: s.set_progress(job_id, p), should_stop)
+        result = run(spec, Path(job.out_dir), progress_reporter(job_id), should_stop)
     except Cancelled as exc:
         if SHUTTING_DOWN.is_set() and not s.cancel_requested(job_id):
             s.release(job_id, me, "worker shut down; requeued")
             enqueue(job_id, kind)  # resumes from its checkpoint on the next worker
             log.warning("job %s requeued: the worker is shutting down", job_id)
             return {"job": job_id, "state": "requeued"}
-        s.finish(job_id, "cancelled", error=str(exc), worker=me)
+        settle("cancelled", error=str(exc))
         return {"job": job_id, "state": "cancelled"}
     except (BadJobSpec, ValidationError, FileNotFoundError, ValueError) as exc:
-        s.finish(job_id, "failed", error=f"{type(exc).__name__}: {exc}", worker=me)
+        settle("failed", error=f"{type(exc).__name__}: {exc}")
         return {"job": job_id, "state": "failed"}  # bad configuration: never retried
     except TRANSIENT as exc:
-        s.release(job_id, me, f"{type(exc).__name__}: {exc}")
+        error = f"{type(exc).__name__}: {exc}"[:4000]
+        patiently(lambda: s.release(job_id, me, error), f"release {job_id}")
         raise task.retry(exc=exc, countdown=min(300, 5 * 2**task.request.retries)) from exc
     except Exception as exc:
-        s.finish(job_id, "failed", error="".join(traceback.format_exception(exc))[-4000:],
-                 worker=me)  # fmt: skip
+        settle("failed", error="".join(traceback.format_exception(exc))[-4000:])
         return {"job": job_id, "state": "failed"}
     finally:
         beat.stop.set()
     if beat.lost.is_set():
         return {"job": job_id, "state": "lost"}
-    s.finish(job_id, "succeeded", result=result, worker=me)
+    settle("succeeded", result=result)
     return {"job": job_id, "state": "succeeded"}
 
 
