@@ -123,6 +123,12 @@ def test_explorer_grid_detail_compare_and_permalinks(
         wait_for(browser, f"document.body.dataset.explorer === '{syntax}/valid/4/enc_self/1/2/"
                  f"{plain}'", 60)  # fmt: skip
         assert browser.find_element(By.ID, "ex-map-diff")
+        # one attention request per run shown, though sign-in and the hashchange both route it
+        asked = browser.execute_script(
+            "return performance.getEntriesByType('resource')"
+            ".filter(e => e.name.includes('/attention')).length;"
+        )
+        assert asked == 2, asked
         assert_accessible_basics(browser)
         assert_own_origin(browser, base)
         # another user's run: 404 in the API and on the page

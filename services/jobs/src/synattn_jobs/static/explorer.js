@@ -275,11 +275,13 @@ function routeHash() {
   if (parts[0] !== "attention" || !/^[0-9a-f]{12}$/.test(parts[1] || "")) return;
   const vs = parts[7] === "vs" && /^[0-9a-f]{12}$/.test(parts[8] || "") ? parts[8] : "";
   const key = location.hash;
-  if (routeHash.last === key && EX.data) return;
+  // the same link asked again while it loads (sign-in's call and a hashchange) is one request
+  if (routeHash.last === key && (EX.data || routeHash.pending)) return;
   routeHash.last = key;
-  openExplorer(parts[1], { split: parts[2] === "test" ? "test" : "valid", row: Math.max(0, Number(parts[3]) || 0),
+  routeHash.pending = openExplorer(parts[1], { split: parts[2] === "test" ? "test" : "valid", row: Math.max(0, Number(parts[3]) || 0),
     module: ["enc_self", "dec_self", "enc_dec"].includes(parts[4]) ? parts[4] : "enc_self",
-    layer: Number(parts[5]) || 0, head: Number(parts[6]) || 0, vs });
+    layer: Number(parts[5]) || 0, head: Number(parts[6]) || 0, vs })
+    .finally(() => { routeHash.pending = null; });
 }
 
 function initExplorer() {
