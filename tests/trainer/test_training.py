@@ -3,6 +3,7 @@ smoke run that learns."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -145,6 +146,19 @@ def test_smoke_training_learns(m30k: dict[str, Path], tmp_path: Path) -> None:
     lines = (tmp_path / "smoke" / "metrics.jsonl").read_text().splitlines()
     assert any('"event": "epoch"' in line for line in lines)
     assert (tmp_path / "smoke" / "tb").is_dir()
+
+
+def test_the_final_update_is_logged_off_the_log_interval(
+    m30k: dict[str, Path], tmp_path: Path
+) -> None:
+    """A run whose length is not a multiple of ``log_every`` still records its last update (the
+    compose test once read 1,235 as a 1,236-update run's end)."""
+    cfg = tiny_config(m30k, train={"max_updates": 7, "log_every": 5, "average_last": 1})
+    Trainer(cfg, tmp_path / "run", progress=False).train()
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["update"] for r in records if r["event"] == "update"] == [1, 5, 7]
 
 
 def test_paired_bootstrap_through_sacrebleu() -> None:

@@ -497,7 +497,8 @@ class Trainer:
         clock: _Clock,
         on_update: Callable[[dict[str, Any]], None] | None,
     ) -> None:
-        if not (self.update % self.cfg.train.log_every == 0 or self.update == 1):
+        last = self.update == self.cfg.train.max_updates  # a run's final loss is always on record
+        if not (self.update % self.cfg.train.log_every == 0 or self.update == 1 or last):
             return
         rec = {
             "event": "update", "update": self.update, "epoch": self.epoch,
