@@ -170,14 +170,28 @@ def eos_effect(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     return ""
 
 
+def parse_note(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    """Which parses the syntax-guided rows read (METHODS-syntax §5.2), from ``run.json``."""
+    for report, run in experiments:
+        p = run.get("parse")
+        if p:
+            derived = str(p.get("constituency", ""))
+            tree = f"constituency from {derived}"
+            if derived.startswith("derived"):
+                tree = f"constituency trees derived from the dependencies ({derived})"
+            return (f"Parses (`{report['name']}`): {p.get('backend')} `{p.get('model')}` "
+                    f"({p.get('version')}), {tree}.")  # fmt: skip
+    return ""
+
+
 def render(results: Path, study: str = STUDY, early: str | None = EARLY) -> str:
     """The README section between the markers: the study's table, then the early one."""
     experiments = load(results)
     main = [e for e in experiments if e[0]["name"] == study]
     out = [BEGIN, *table(main)]
-    note = eos_effect(main)
-    if note:
-        out += ["", note]
+    for note in (parse_note(main), eos_effect(main)):
+        if note:
+            out += ["", note]
     old = [e for e in experiments if early is not None and e[0]["name"] == early]
     if old:
         out += ["", EARLY_NOTE, "", *table(old)]

@@ -11,6 +11,12 @@ Interrupted (a cut-off session, a reboot)? Run the same command again: the queue
 still in the embedded broker, a job whose worker died is put back on the queue by the next
 worker's reaper, and a run resumes exactly from its last checkpoint.
 
+On a fresh checkout (``--home`` gone, ``results/`` committed), the study goes on from what was
+published: each finished run's record (``results/<name>/runs/<run>.json``, its result and
+timing) and its translations under every final-model selection let the new queue take that
+run as done, without training it again, when its resolved configuration is the same. Only
+the runs that never finished are trained.
+
     make data
     python bench/reproduce.py examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
     python bench/reproduce.py examples/experiments/headline-tiny8.yaml --publish-only
@@ -19,6 +25,7 @@ worker's reaper, and a run resumes exactly from its last checkpoint.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -89,6 +96,17 @@ def budget_of(resolved: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def parse_source(resolved: dict[str, Any]) -> dict[str, Any] | None:
+    """Which parser made the training shards (METHODS-syntax §5.2 asks every run to say): the
+    ``parser`` entry of the training data's manifest."""
+    train = (resolved.get("data") or {}).get("train")
+    manifest = Path(str(train)) / "manifest.json"
+    if train is None or not manifest.is_file():
+        return None
+    parser: dict[str, Any] | None = json.loads(manifest.read_text(encoding="utf-8")).get("parser")
+    return parser
+
+
 def find_or_submit(grid: Path, env: dict[str, str]) -> str:
     """The experiment's id: an earlier submission of the same name, or a new one."""
     from synattn_jobs.settings import JobSettings
@@ -130,23 +148,23 @@ def publish(exp_id: str, results: Path, meta: dict[str, Any]) -> dict[str, Any]:
     for job in sorted(jobs, key=lambda j: j.name):
         res = job.result or {}
         if job.state == "succeeded" and res.get("hyp"):
-            hyp = Path(res["hyp"])
-            atomic_write_text(translations / f"{job.name}.{hyp.name.split('.', 1)[1]}",
-                              hyp.read_text(encoding="utf-8"))  # fmt: skip
             ref = translations / f"ref.{res.get('split', 'test')}.txt"
             if not ref.is_file():
                 shutil.copyfile(res["ref"], ref)
+            write_ledger(job, out)
         wall = (job.finished_at - job.started_at) if job.finished_at and job.started_at else None
+        wall = wall or res.get("wall_s")  # a record rebuilt without its timestamps keeps its wall
         runs.append({"name": job.name, "variant": job.variant, "seed": job.seed,
                      "state": job.state, "bleu": res.get("bleu"), "updates": res.get("update"),
                      "wall_s": round(wall, 1) if wall else None, "attempts": job.attempts,
                      "tokens_per_s": res.get("tokens_per_s")})  # fmt: skip
     resolved = next((j.spec.get("resolved") for j in jobs if j.spec.get("resolved")), None)
-    walls = [r["wall_s"] for r in runs if r["wall_s"]]
+    walls: list[float] = [float(r["wall_s"]) for r in runs if r["wall_s"]]
     starts = [j.started_at for j in jobs if j.started_at]
     ends = [j.finished_at for j in jobs if j.finished_at]
     info = {
         **meta,
+        "parse": parse_source(resolved) if resolved else None,
         "experiment": exp.name,
         "experiment_id": exp.id,
         "budget": budget_of(resolved) if resolved else None,
@@ -160,6 +178,83 @@ def publish(exp_id: str, results: Path, meta: dict[str, Any]) -> dict[str, Any]:
     }
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")
     return info
+
+
+def spec_digest(spec: dict[str, Any]) -> str:
+    """What a run trains, independent of where the checkout lies: its stored spec (the resolved
+    configuration included) with this repository's path taken out."""
+    text = json.dumps(spec, sort_keys=True).replace(str(REPO), "$REPO")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _published_hyp(job_name: str, hyp: str) -> str:
+    """``<run>.<split>[.<selection>].txt``: the name a translation file gets under results/."""
+    return f"{job_name}.{Path(hyp).name.split('.', 1)[1]}"
+
+
+def write_ledger(job: Any, out: Path) -> None:
+    """Publish one finished run so that a later session can take it as done: its translations
+    under every final-model selection, its metrics, and ``runs/<run>.json`` with the result
+    (paths relative to ``out``), the spec's digest and the timing."""
+    from synattn_shared.atomic import atomic_write_text
+
+    res = json.loads(json.dumps(job.result))
+    translations = out / "translations"
+    for entry in [res, *(res.get("by_selection") or {}).values()]:
+        if entry.get("hyp") and Path(entry["hyp"]).is_file():
+            name = _published_hyp(job.name, entry["hyp"])
+            if not (translations / name).is_file() or entry is res:
+                atomic_write_text(translations / name,
+                                  Path(entry["hyp"]).read_text(encoding="utf-8"))  # fmt: skip
+            entry["hyp"] = f"translations/{name}"
+    if res.get("ref"):
+        res["ref"] = f"translations/ref.{res.get('split', 'test')}.txt"
+    runs = out / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    if res.get("metrics") and Path(res["metrics"]).is_file():
+        atomic_write_text(runs / f"{job.name}.metrics.jsonl",
+                          Path(res["metrics"]).read_text(encoding="utf-8"))  # fmt: skip
+        res["metrics"] = f"runs/{job.name}.metrics.jsonl"
+    record = {
+        "name": job.name, "variant": job.variant, "seed": job.seed,
+        "spec_digest": spec_digest(job.spec), "attempts": job.attempts,
+        "started_at": job.started_at, "finished_at": job.finished_at, "result": res,
+    }  # fmt: skip
+    atomic_write_text(runs / f"{job.name}.json", json.dumps(record, indent=1) + "\n")
+
+
+def adopt_published(exp_id: str, results: Path) -> list[str]:
+    """Take the runs published by an earlier session as done in this queue: every queued job
+    of the experiment whose ``runs/<name>.json`` has the same spec digest becomes succeeded
+    with that result (paths pointing into ``results/``). Returns the names taken."""
+    from synattn_jobs.settings import JobSettings
+    from synattn_jobs.store import JobStore
+
+    store = JobStore(JobSettings().database_url)
+    exp = store.experiment(exp_id)
+    assert exp is not None
+    out = (results / exp.name).resolve()
+    taken = []
+    for job in store.jobs(experiment_id=exp.id, state="queued"):
+        path = out / "runs" / f"{job.name}.json"
+        if not path.is_file():
+            continue
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record.get("spec_digest") != spec_digest(job.spec):
+            print(f"{job.name}: the published run trained another configuration; training again")
+            continue
+        res = record["result"]
+        for entry in [res, *(res.get("by_selection") or {}).values()]:
+            for key in ("hyp", "ref", "metrics"):
+                if isinstance(entry.get(key), str) and not Path(entry[key]).is_absolute():
+                    entry[key] = str(out / entry[key])
+        if not Path(res["hyp"]).is_file():
+            print(f"{job.name}: its published translation is missing; training again")
+            continue
+        if store.adopt_finished(job.id, res, record.get("started_at"), record.get("finished_at"),
+                                record.get("attempts") or 1):  # fmt: skip
+            taken.append(job.name)
+    return taken
 
 
 def main() -> None:
@@ -177,6 +272,9 @@ def main() -> None:
     env = settings_env(args.home.resolve())
     os.environ.update(env)
     exp_id = find_or_submit(args.grid, env)
+    taken = adopt_published(exp_id, args.results)
+    if taken:
+        print(f"{len(taken)} runs taken as done from {args.results}: {', '.join(taken)}")
     meta = {
         "command": "python bench/reproduce.py " + " ".join(map(shlex.quote, sys.argv[1:])),
         "git_commit": git_commit(),

@@ -63,3 +63,90 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
     names = sorted(p.name for p in (out / "translations").iterdir())
     assert names == sorted([f"{v}-s{s}.test.txt" for v in ("vanilla", "dea") for s in (1, 2, 3)]
                            + ["ref.test.txt"])  # fmt: skip
+
+
+def _load_reproduce() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reproduce", REPO / "bench" / "reproduce.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    """The study spans sessions: what one published (runs/<run>.json and the translations of
+    every final-model selection) a fresh queue takes as succeeded, unless its spec changed."""
+    import pytest
+
+    mp: pytest.MonkeyPatch = monkeypatch  # type: ignore[assignment]
+    mp.delenv("SYNATTN_DATABASE_URL", raising=False)
+    repro: object = _load_reproduce()
+    results = tmp_path / "results"
+    run_dir = tmp_path / "old-run"
+    run_dir.mkdir()
+    ref = run_dir / "ref.test.txt"
+    ref.write_text("ein hund\n")
+    (run_dir / "hyp.test.txt").write_text("ein hund\n")
+    (run_dir / "hyp.test.last.txt").write_text("eine katze\n")
+    (run_dir / "metrics.jsonl").write_text('{"event": "end", "update": 600}\n')
+    spec = {"resolved": {**RESOLVED, "data": {"max_tokens": 2048, "train": str(REPO / "x")}}}
+
+    def queue(home: Path, changed: bool) -> tuple[JobStore, str, dict[str, str]]:
+        (home / "jobs").mkdir(parents=True)
+        mp.setenv("SYNATTN_HOME", str(home / "jobs"))
+        store = JobStore(f"sqlite:///{home / 'jobs' / 'jobs.sqlite'}")
+        exp = store.create_experiment("ledger", "vanilla", {"seeds": [1]})
+        ids = {}
+        for name, variant in (("vanilla-s1", "vanilla"), ("dea-s1", "dea"), ("rp-s1", "rp")):
+            job_spec = (
+                {"resolved": {**RESOLVED, "changed": 1}} if changed and name == "rp-s1" else spec
+            )
+            ids[name] = store.create_job("train", name, job_spec, str(run_dir),
+                                         experiment_id=exp.id, variant=variant,
+                                         seed=1).id  # fmt: skip
+        return store, exp.id, ids
+
+    store, exp_id, ids = queue(tmp_path / "session1", changed=False)
+    result = {"bleu": 20.0, "chrf": 50.0, "split": "test", "update": 600,
+              "hyp": str(run_dir / "hyp.test.txt"), "ref": str(ref),
+              "metrics": str(run_dir / "metrics.jsonl"), "selection": "average",
+              "by_selection": {"average": {"bleu": 20.0, "hyp": str(run_dir / "hyp.test.txt")},
+                               "last": {"bleu": 19.0,
+                                        "hyp": str(run_dir / "hyp.test.last.txt")}}}  # fmt: skip
+    for name in ("vanilla-s1", "rp-s1"):  # dea-s1 never finished in session 1
+        store.claim(ids[name], "w", 60)
+        store.finish(ids[name], "succeeded", result)
+    repro.publish(exp_id, results, {"command": "x"})  # type: ignore[attr-defined]
+    out = results / "ledger"
+    record = json.loads((out / "runs" / "vanilla-s1.json").read_text())
+    assert (
+        record["result"]["by_selection"]["last"]["hyp"] == "translations/vanilla-s1.test.last.txt"
+    )
+    assert (out / "translations" / "vanilla-s1.test.last.txt").read_text() == "eine katze\n"
+    assert (out / "runs" / "vanilla-s1.metrics.jsonl").is_file()
+
+    # session 2: a new queue (the old home is gone); rp-s1's configuration changed meanwhile
+    store2, exp2, _ = queue(tmp_path / "session2", changed=True)
+    taken = repro.adopt_published(exp2, results)  # type: ignore[attr-defined]
+    assert taken == ["vanilla-s1"]
+    states = {j.name: j for j in store2.jobs(experiment_id=exp2)}
+    assert states["vanilla-s1"].state == "succeeded" and states["dea-s1"].state == "queued"
+    assert states["rp-s1"].state == "queued"  # trained again: not the published configuration
+    adopted = states["vanilla-s1"].result
+    assert Path(adopted["by_selection"]["last"]["hyp"]).read_text() == "eine katze\n"
+    assert Path(adopted["ref"]).read_text() == "ein hund\n"
+    # taking it twice changes nothing
+    assert repro.adopt_published(exp2, results) == []  # type: ignore[attr-defined]
+
+
+def test_published_run_ledgers_are_not_git_ignored() -> None:
+    """``results/<study>/runs/`` must reach a commit: a fresh checkout resumes the study from it
+    (the repository-wide ``runs/`` ignore once hid it, and two runs had to be rebuilt)."""
+    repo = Path(__file__).resolve().parents[2]
+    for path in ("results/study-conv/runs/vanilla-s1.json", "results/any-study/runs/x.json"):
+        out = subprocess.run(["git", "check-ignore", "-q", path], cwd=repo)
+        assert out.returncode == 1, f"{path} is git-ignored"
