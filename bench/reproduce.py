@@ -151,7 +151,8 @@ def publish(exp_id: str, results: Path, meta: dict[str, Any]) -> dict[str, Any]:
             ref = translations / f"ref.{res.get('split', 'test')}.txt"
             if not ref.is_file():
                 shutil.copyfile(res["ref"], ref)
-            write_ledger(job, out)
+            if not ledger_is_current(job, out):
+                write_ledger(job, out)
         wall = (job.finished_at - job.started_at) if job.finished_at and job.started_at else None
         wall = wall or res.get("wall_s")  # a record rebuilt without its timestamps keeps its wall
         runs.append({"name": job.name, "variant": job.variant, "seed": job.seed,
@@ -192,6 +193,22 @@ def _published_hyp(job_name: str, hyp: str) -> str:
     return f"{job_name}.{Path(hyp).name.split('.', 1)[1]}"
 
 
+def _entries(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """A result and its entry for every final-model selection: each names its own files."""
+    return [res, *(res.get("by_selection") or {}).values()]
+
+
+def ledger_is_current(job: Any, out: Path) -> bool:
+    """Whether ``runs/<run>.json`` already records this finish of this configuration, so that
+    publishing after each run rewrites only the runs that are new."""
+    path = out / "runs" / f"{job.name}.json"
+    if not path.is_file():
+        return False
+    record = json.loads(path.read_text(encoding="utf-8"))
+    published = (record.get("finished_at"), record.get("spec_digest"))
+    return published == (job.finished_at, spec_digest(job.spec))
+
+
 def write_ledger(job: Any, out: Path) -> None:
     """Publish one finished run so that a later session can take it as done: its translations
     under every final-model selection, its metrics, and ``runs/<run>.json`` with the result
@@ -200,7 +217,7 @@ def write_ledger(job: Any, out: Path) -> None:
 
     res = json.loads(json.dumps(job.result))
     translations = out / "translations"
-    for entry in [res, *(res.get("by_selection") or {}).values()]:
+    for entry in _entries(res):
         if entry.get("hyp") and Path(entry["hyp"]).is_file():
             name = _published_hyp(job.name, entry["hyp"])
             if not (translations / name).is_file() or entry is res:
@@ -244,7 +261,7 @@ def adopt_published(exp_id: str, results: Path) -> list[str]:
             print(f"{job.name}: the published run trained another configuration; training again")
             continue
         res = record["result"]
-        for entry in [res, *(res.get("by_selection") or {}).values()]:
+        for entry in _entries(res):
             for key in ("hyp", "ref", "metrics"):
                 if isinstance(entry.get(key), str) and not Path(entry[key]).is_absolute():
                     entry[key] = str(out / entry[key])

@@ -141,6 +141,11 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
     assert Path(adopted["ref"]).read_text() == "ein hund\n"
     # taking it twice changes nothing
     assert repro.adopt_published(exp2, results) == []  # type: ignore[attr-defined]
+    # publishing again leaves the adopted run's ledger as it was: it is not written again
+    ledger = out / "runs" / "vanilla-s1.json"
+    written = (ledger.stat().st_mtime_ns, ledger.read_text())
+    repro.publish(exp2, results, {"command": "x"})  # type: ignore[attr-defined]
+    assert (ledger.stat().st_mtime_ns, ledger.read_text()) == written
 
 
 def test_published_run_ledgers_are_not_git_ignored() -> None:
