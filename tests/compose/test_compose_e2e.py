@@ -250,6 +250,8 @@ def test_parse_then_train_through_the_api_surviving_redis_and_postgres_restarts(
     assert trained and max(trained) == updates, trained[-5:]
     jobs = api.http.get("/v1/jobs").json()
     assert sum(j["id"] == job_id for j in jobs) == 1
-    # the calibration job and this one, each succeeded once; no copy made by a redelivery
+    # this one and the calibration job (none when COMPOSE_TEST_UPDATES sets the length), each
+    # succeeded once; no copy made by a redelivery
     trains = [j for j in jobs if j["kind"] == "train"]
-    assert len(trains) == 2 and all(j["state"] == "succeeded" for j in trains), trains
+    assert len(trains) == (1 if TRAIN_UPDATES else 2), trains
+    assert all(j["state"] == "succeeded" for j in trains), trains
