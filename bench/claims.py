@@ -57,6 +57,31 @@ CLAIMS = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Control:
+    """A run beside a headline system that takes one of its parts away, so that a loss (or a
+    gain) can be attributed: scored with the system's final-model protocol."""
+
+    system: str
+    control: str
+    isolates: str
+
+
+CONTROLS = (
+    Control("rhe+lpea", "lpea",
+            "LPEA on every layer-0 head: what RHE+LPEA becomes when RHE finds no head important"),
+    Control("headmask-impt", "headmask-random",
+            "HeadMask's Random-N: the same number of masked heads, chosen at random"),
+    Control("disagreement+routing", "routing-em",
+            "EM routing alone (encoder layers 1-2), no disagreement term"),
+    Control("disagreement+routing", "disagreement-output",
+            "the output-disagreement term alone (all attention types), no routing"),
+    Control("disagreement+routing", "disagreement-enc",
+            "the output-disagreement term on the encoder only (seed 004's Table 1)"),
+    Control("slr-gated", "slr-avg", "SLR's masks averaged over heads, without the gate"),
+)  # fmt: skip
+
+
 def _num(v: float | None, spec: str) -> str:
     return "–" if v is None else format(v, spec)
 
@@ -138,6 +163,57 @@ def table(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]
     return lines
 
 
+def _delta(row: dict[str, Any] | None) -> str:
+    if not row or row.get("delta") is None:
+        return "not measured yet"
+    diffs = list((row.get("diffs") or {}).values())
+    spread = f" ± {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else ""
+    return f"{row['delta']:+.2f}{spread} vs {row['vs']}"
+
+
+def controls(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+    """The controls table: each control's Δ against the system's baseline, and the system minus
+    its control on the seeds both finished (seed-paired), from the experiment that planned it.
+    Empty when no experiment planned a control."""
+    lines = []
+    for report, _ in experiments:
+        rows = {r["variant"]: r for r in report["rows"]}
+        for c in CONTROLS:
+            if c.control not in rows:
+                continue
+            system, control = rows.get(c.system), rows[c.control]
+            cmp = None
+            if system is not None:
+                cmp = compare_seeds(
+                    {int(k): v for k, v in system.get("bleu_by_seed", {}).items()},
+                    {int(k): v for k, v in control.get("bleu_by_seed", {}).items()},
+                    None,
+                )
+            gap = "–"
+            if cmp is not None:
+                spread = f" ± {statistics.stdev(cmp.diffs):.2f}" if len(cmp.diffs) > 1 else ""
+                gap = f"{cmp.mean_diff:+.2f}{spread} ({len(cmp.diffs)} seed" + (
+                    "s)" if len(cmp.diffs) > 1 else ")"
+                )
+            seeds = len(control.get("bleu_by_seed", {}))
+            lines.append(
+                f"| `{c.system}` | `{c.control}` | {c.isolates} | {_delta(system)} | "
+                f"{_delta(control)} | {gap} | {seeds} of {len(report['seeds'])} |"
+            )
+        if lines:
+            head = [
+                f"Controls (`{report['name']}`): each control is scored against its system's "
+                "baseline with its system's final-model protocol; system − control pairs the "
+                "seeds both finished.",
+                "",
+                "| system | control | what the control takes apart | system Δ | control Δ | "
+                "system − control (seed-paired) | control seeds |",
+                "| --- | --- | --- | --- | --- | --- | --- |",
+            ]
+            return head + lines
+    return []
+
+
 def eos_effect(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     """One sentence on what a source ``</s>`` alone does (vanilla vs 8L), when both ran."""
     for report, _ in experiments:
@@ -189,6 +265,9 @@ def render(results: Path, study: str = STUDY, early: str | None = EARLY) -> str:
     experiments = load(results)
     main = [e for e in experiments if e[0]["name"] == study]
     out = [BEGIN, *table(main)]
+    control_lines = controls(main)
+    if control_lines:
+        out += ["", *control_lines]
     for note in (parse_note(main), eos_effect(main)):
         if note:
             out += ["", note]

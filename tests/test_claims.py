@@ -84,3 +84,35 @@ def test_verdicts_stand_on_p_values_adjusted_over_the_table(tmp_path: Path) -> N
         for line in lines.values():
             assert "| 0.020 | 0.080 | **inconclusive** |" in line, line
     assert "not evidence about the papers" in early
+
+
+def test_controls_stand_beside_their_systems(tmp_path: Path) -> None:
+    """A control planned in the study gets a row: its own Δ, and the system minus the control
+    paired on the seeds both finished; a system not yet run leaves that cell empty."""
+    c = claims()
+    exp = tmp_path / "study-conv"
+    exp.mkdir()
+    rows = [
+        {"variant": "vanilla", "bleu_by_seed": {"1": 30.0, "2": 31.0}, "is_baseline": True},
+        {"variant": "rhe+lpea", "bleu_by_seed": {"1": 29.5, "2": 31.0}, "vs": "vanilla",
+         "delta": -0.25, "diffs": {"1": -0.5, "2": 0.0}},
+        {"variant": "lpea", "bleu_by_seed": {"1": 30.5, "2": 30.0, "3": 29.0}, "vs": "vanilla",
+         "delta": -0.25, "diffs": {"1": 0.5, "2": -1.0}},
+        {"variant": "headmask-impt", "bleu_by_seed": {}, "vs": "vanilla", "delta": None},
+        {"variant": "headmask-random", "bleu_by_seed": {"1": 29.0}, "vs": "vanilla",
+         "delta": -1.0, "diffs": {"1": -1.0}},
+    ]  # fmt: skip
+    (exp / "report.json").write_text(json.dumps({"name": "study-conv", "seeds": [1, 2, 3],
+                                                 "rows": rows}))  # fmt: skip
+    (exp / "run.json").write_text(json.dumps({
+        "budget": {"model": "3+3 layers", "max_updates": 3500, "max_tokens": 4096},
+        "hardware": {"device": "cpu", "cpu_count": 2, "threads_per_worker": 1},
+    }))  # fmt: skip
+    text = c.render(tmp_path, early=None)
+    lpea = next(x for x in text.splitlines() if x.startswith("| `rhe+lpea` | `lpea` |"))
+    # rhe+lpea minus lpea on seeds 1 and 2: -1.0 and +1.0
+    assert "| -0.25 ± 0.35 vs vanilla | -0.25 ± 1.06 vs vanilla | +0.00 ± 1.41 (2 seeds) |" in lpea
+    assert lpea.endswith("| 3 of 3 |")
+    random = next(x for x in text.splitlines() if "| `headmask-random` |" in x)
+    assert "| not measured yet | -1.00 vs vanilla | – | 1 of 3 |" in random
+    assert "`routing-em`" not in text  # not planned in this study: no row
