@@ -82,6 +82,11 @@ CONTROLS = (
 )  # fmt: skip
 
 
+def _spread(values: list[float] | tuple[float, ...]) -> str:
+    """`` ± std`` over seeds, or nothing for a single seed."""
+    return f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
+
+
 def _num(v: float | None, spec: str) -> str:
     return "–" if v is None else format(v, spec)
 
@@ -126,7 +131,6 @@ def cells(found: dict[str, Any] | None, seed_p: float | None, boot_p: float | No
         return ["not measured yet", "–", "–", "–", "0", "–", "–"]
     row, report, run = found["row"], found["report"], found["run"]
     diffs = list(row["diffs"].values())
-    spread = f" ± {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else ""
     planned = len(report["seeds"])
     seeds = f"{len(diffs)}" + (f" of {planned} so far" if len(diffs) < planned else "")
     b, hw = run["budget"], run["hardware"]
@@ -136,7 +140,7 @@ def cells(found: dict[str, Any] | None, seed_p: float | None, boot_p: float | No
     hardware = f"{hw['device']} ({hw['cpu_count']} cores, {hw['threads_per_worker']} thread/run)"
     verdict = decide(diffs, seed_p, boot_p)
     return [
-        f"{row['delta']:+.2f}{spread} vs {row['vs']}",
+        _delta(row),
         _num(seed_p, ".3f"),
         _num(boot_p, ".3f"),
         f"**{verdict}**",
@@ -166,9 +170,7 @@ def table(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]
 def _delta(row: dict[str, Any] | None) -> str:
     if not row or row.get("delta") is None:
         return "not measured yet"
-    diffs = list((row.get("diffs") or {}).values())
-    spread = f" ± {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else ""
-    return f"{row['delta']:+.2f}{spread} vs {row['vs']}"
+    return f"{row['delta']:+.2f}{_spread(list((row.get('diffs') or {}).values()))} vs {row['vs']}"
 
 
 def controls(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
@@ -191,10 +193,8 @@ def controls(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[s
                 )
             gap = "–"
             if cmp is not None:
-                spread = f" ± {statistics.stdev(cmp.diffs):.2f}" if len(cmp.diffs) > 1 else ""
-                gap = f"{cmp.mean_diff:+.2f}{spread} ({len(cmp.diffs)} seed" + (
-                    "s)" if len(cmp.diffs) > 1 else ")"
-                )
+                n = len(cmp.diffs)
+                gap = f"{cmp.mean_diff:+.2f}{_spread(cmp.diffs)} ({n} seed{'s' if n > 1 else ''})"
             seeds = len(control.get("bleu_by_seed", {}))
             lines.append(
                 f"| `{c.system}` | `{c.control}` | {c.isolates} | {_delta(system)} | "
@@ -227,7 +227,6 @@ def eos_effect(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
             if cmp is None:
                 return ""
             d, eos = cmp.diffs, cmp.mean_diff
-            spread = f" ± {statistics.stdev(d):.2f}" if len(d) > 1 else ""
             deltas = {v: r["delta"] for v, r in rows.items() if r.get("delta") is not None}
             size = ""
             if deltas:
@@ -239,7 +238,7 @@ def eos_effect(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
                 )
             return (
                 f"The two baselines differ only in the source `</s>` (DECISIONS.md §1): vanilla "
-                f"(with it) minus 8L (without) is {eos:+.2f}{spread} BLEU over {len(d)} "
+                f"(with it) minus 8L (without) is {eos:+.2f}{_spread(d)} BLEU over {len(d)} "
                 f"seed{'s' if len(d) > 1 else ''} in `{report['name']}`{size}. This is why "
                 "each method is compared with the baseline trained the way its paper trained it."
             )
