@@ -38,8 +38,9 @@ KIND = {  # what the variant adds to the logits: the 0.85 goal is for bias/mask 
 }  # fmt: skip
 
 
-def prepare(data_dir: Path, pairs: int) -> Path:
-    """Parse ``pairs`` Multi30k training pairs once and learn a 4k vocabulary (cached)."""
+def prepare(data_dir: Path, pairs: int, vocab: int = 4000) -> Path:
+    """Parse ``pairs`` Multi30k training pairs once and learn a joint vocabulary (cached, as
+    ``tokenizer_path(pairs, vocab)``)."""
     CACHE.mkdir(parents=True, exist_ok=True)
     raw = CACHE / "raw"
     link_multi30k(data_dir, raw)
@@ -47,32 +48,55 @@ def prepare(data_dir: Path, pairs: int) -> Path:
     parse_corpus(
         raw / "train.en.gz", out, tgt=raw / "train.de.gz", limit=pairs, rows_per_shard=5000
     )
-    tok_path = CACHE / f"tok{pairs}.json"
+    tok_path = tokenizer_path(pairs, vocab)
     if not tok_path.is_file():
         texts = []
         for row in ShardDataset(out).iter_rows(columns=["words", "tgt"]):
             texts += [" ".join(row["words"]), row["tgt"]]
-        train_tokenizer(texts, 4000).save(str(tok_path))
+        train_tokenizer(texts, vocab).save(str(tok_path))
     return out
 
 
-def measure(cfg: TrainConfig, warmup: int, updates: int, max_tokens: int) -> float:
+def tokenizer_path(pairs: int, vocab: int = 4000) -> Path:
+    """Where ``prepare`` keeps the vocabulary it learnt (the 4k one keeps its old name)."""
+    return CACHE / (f"tok{pairs}.json" if vocab == 4000 else f"tok{pairs}-v{vocab}.json")
+
+
+def timed_batches(trainer: Trainer, max_tokens: int, n: int) -> list[list[int]]:
+    """``n`` training batches of the epoch-0 order, cycled when the data holds fewer."""
+    data = trainer.train_data
+    order = token_batches(
+        [len(s) for s in data.src], [len(t) - 1 for t in data.tgt], max_tokens, 1, 0
+    )
+    return [order[k % len(order)] for k in range(n)]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(
+    cfg: TrainConfig,
+    warmup: int,
+    updates: int,
+    max_tokens: int,
+    device: torch.device | None = None,
+) -> float:
     """Target tokens/s of ``Trainer.step`` (what training runs: batch building, HeadMask gates,
     forward, backward, clipping, Adam, schedule) over the same batches for every variant."""
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory(prefix="bench-variants-") as out:
-        trainer = Trainer(cfg, out, progress=False)
-        data = trainer.train_data
-        order = token_batches(
-            [len(s) for s in data.src], [len(t) - 1 for t in data.tgt], max_tokens, 1, 0
-        )
+        trainer = Trainer(cfg, out, device=device, progress=False)
         tokens = 0
         start = 0.0
-        for step, index in enumerate(order[: warmup + updates]):
+        for step, index in enumerate(timed_batches(trainer, max_tokens, warmup + updates)):
             if step == warmup:
+                _sync(trainer.device)
                 start = time.perf_counter()
                 tokens = 0
             tokens += trainer.step([index]).tokens
+        _sync(trainer.device)
         return tokens / (time.perf_counter() - start)
 
 
@@ -94,7 +118,7 @@ def main() -> None:
     shards = prepare(args.data_dir, args.pairs)
     base = {
         "data": {"train": str(shards), "valid": str(shards), "max_len": 128,
-                 "tokenizer": str(CACHE / f"tok{args.pairs}.json")},
+                 "tokenizer": str(tokenizer_path(args.pairs))},
         "model": {"enc_layers": 3, "dec_layers": 3, "d_model": 128, "d_ff": 512, "heads": 8},
         "optim": {"lr": 1e-4, "warmup": 4000},
     }  # fmt: skip

@@ -1,0 +1,74 @@
+"""bench/gpu.py, the GPU speed and MFU benchmark: its arithmetic, and a real (CPU, tiny) run of
+its measuring code, so the script is known to work before a GPU is lent to run it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gpu() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "bench" / "gpu.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_gpu"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(
+    ("name", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.4),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H200", 989.4),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA L4", 121.0),
+        ("Tesla T4", None),
+    ],
+)
+def test_the_bf16_peak_of_known_devices(gpu: ModuleType, name: str, peak: float | None) -> None:
+    assert gpu.peak_tflops(name) == peak
+
+
+def test_mfu_is_achieved_flops_over_the_peak(gpu: ModuleType) -> None:
+    # 100k tokens/s at 3.6 GFLOP per token is 360 TFLOP/s: 36.4% of an H100's 989.4
+    assert gpu.mfu(100_000, 3.6e9, 989.4) == pytest.approx(0.3639, abs=1e-4)
+    assert gpu.mfu(100_000, 3.6e9, None) is None
+    assert gpu.slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+def test_a_run_times_every_preset_and_counts_vanillas_flops(
+    gpu: ModuleType,
+    m30k: dict[str, Path],
+) -> None:
+    import torch
+
+    d, vocab = 32, 600
+    base = {
+        "data": {"train": str(m30k["train"]), "valid": str(m30k["valid"]),
+                 "tokenizer": str(m30k["tokenizer"])},
+        "model": {"enc_layers": 2, "dec_layers": 2, "d_model": d, "d_ff": 64, "heads": 8},
+        "optim": {"lr": 1e-4, "warmup": 100},
+        "train": {"precision": "auto", "compile": False},
+    }  # fmt: skip
+    report = gpu.run(base, ["lpea", "vanilla"], torch.device("cpu"), warmup=1, updates=2,
+                     repeats=1, max_tokens=512, peak=1.0)  # fmt: skip
+    rows = {r["variant"]: r for r in report["variants"]}
+    assert list(rows) == ["vanilla", "lpea"]
+    assert rows["vanilla"]["x_vanilla"] == 1.0 and rows["vanilla"]["tokens_per_s"] > 0
+    assert rows["lpea"]["kind"] == "bias" and isinstance(rows["lpea"]["meets_goal"], bool)
+    # the counter sees the model's matmuls: at least the tied output projection's forward and
+    # backward (6 d V) for every target token
+    assert report["flops_per_target_token"] > 6 * d * vocab
+    expected = report["vanilla_tokens_per_s"] * report["flops_per_target_token"] / 1e12
+    assert report["vanilla_mfu"] == pytest.approx(expected)
+    text = gpu.render(report)
+    assert "lpea" in text and "MFU" in text
