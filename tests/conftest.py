@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import nltk
 import pytest
@@ -28,6 +31,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def bench_script(name: str) -> ModuleType:
+    """``bench/<name>.py`` loaded as the module ``bench_<name>`` (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[f"bench_{name}"] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 RUNNING_WORDS = ("Bush", "held", "a", "talk", "with", "Sharon", ".")

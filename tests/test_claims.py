@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from tests.conftest import bench_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def claims() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_claims", REPO / "bench" / "claims.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_claims"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_script("claims")
 
 
 def test_readme_table_matches_results() -> None:

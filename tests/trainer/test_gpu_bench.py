@@ -3,24 +3,17 @@ its measuring code, so the script is known to work before a GPU is lent to run i
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import bench_script
 
 
 @pytest.fixture(scope="module")
 def gpu() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "bench" / "gpu.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_gpu"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_script("gpu")
 
 
 @pytest.mark.parametrize(
