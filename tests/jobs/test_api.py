@@ -40,10 +40,12 @@ def test_paths_escaping_the_data_root_are_refused(api: tuple[str, str, Env], con
 
 def test_data_paths_inside_the_config_are_checked(api: tuple[str, str, Env]) -> None:
     base, token, env = api
-    bad = env.root / "configs" / "escape.yaml"
+    # a name of its own, written afresh: never through test_hostile's symlink to /etc/hostname
+    bad = env.root / "configs" / "data-escape.yaml"
+    bad.unlink(missing_ok=True)
     text = (env.root / "configs" / "tiny.yaml").read_text()
     bad.write_text(text.replace(str(env.root), "/usr/share"), encoding="utf-8")
-    r = httpx.post(f"{base}/v1/jobs/train", json={"spec": {"config": "configs/escape.yaml"}},
+    r = httpx.post(f"{base}/v1/jobs/train", json={"spec": {"config": "configs/data-escape.yaml"}},
                    headers=_h(token))  # fmt: skip
     assert r.status_code == 422 and "data." in r.json()["detail"]
     r = httpx.post(f"{base}/v1/jobs/parse", headers=_h(token),

@@ -78,10 +78,10 @@ def test_paths_and_names_from_users_are_confined(shared_api: API, body: Any, nee
 
 def test_a_symlink_out_of_the_data_root_is_refused(shared_api: API) -> None:
     base, token, env = shared_api
-    link = env.root / "configs" / "escape.yaml"
+    link = env.root / "configs" / "symlink-escape.yaml"  # no other test writes to this name
     link.unlink(missing_ok=True)
     link.symlink_to("/etc/hostname")
-    r = train(base, token, {"spec": {"config": "configs/escape.yaml"}})
+    r = train(base, token, {"spec": {"config": "configs/symlink-escape.yaml"}})
     assert r.status_code == 422 and "outside the data root" in r.json()["detail"]
     still_serves(base, token)
 
