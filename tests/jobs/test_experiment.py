@@ -56,6 +56,14 @@ def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
             if f"ci-{tmp_path.name}-" in str(p)]  # fmt: skip
     assert sorted(p.name for p in runs) == ["dea-s1", "slr-gated-s1", "vanilla-s1"]
     assert all((run / "best.pt").is_file() for run in runs)
+    # the row names the checkpoint it scored: best.pt's own update, not the average's
+    import torch
+
+    slr = rows["slr-gated"]["averaged_updates"]["1"]
+    best = torch.load(next(r for r in runs if r.name == "slr-gated-s1") / "best.pt",
+                      weights_only=False)  # fmt: skip
+    assert slr["selection"] == "best_valid" and slr["updates"] == []
+    assert [slr["checkpoint_update"]] == best["updates"]
     # the report command recomputes the same table from the store
     again = embedded.cli("report", f"ci-{tmp_path.name}", "--out", str(tmp_path / "r2"))
     assert "slr-gated" in again.stdout

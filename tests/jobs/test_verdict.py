@@ -135,6 +135,7 @@ def test_report_rows_carry_the_verdict(tmp_path: Path) -> None:
         assert row["verdict_unadjusted"] == row["verdict"]
     assert rows["good"]["averaged_updates"]["1"] == {
         "updates": [],
+        "checkpoint_update": None,
         "max_updates": None,
         "selection": None,
     }
@@ -163,9 +164,14 @@ def test_a_row_and_its_baseline_are_scored_with_the_row_s_protocol(tmp_path: Pat
             store.claim(job.id, "w", 60)
             by = {kind: {"bleu": score + seed / 10, "chrf": 50.0, "hyp": str(paths[kind])}
                   for kind, (score, _) in (("average", averaged), ("last", last))}  # fmt: skip
+            by["average"].update(updates=[80, 90, 100], checkpoint="/r/averaged.pt")
+            # seed 1 from before the field: its last checkpoint's name tells its update
+            by["last"].update(updates=[], checkpoint="/r/checkpoints/ckpt-00000100.pt",
+                              **({} if seed == 1 else {"checkpoint_update": 100}))  # fmt: skip
             store.finish(job.id, "succeeded", {
                 "bleu": by["average"]["bleu"], "chrf": 50.0, "hyp": str(paths["average"]),
-                "ref": str(refs), "selection": "average", "by_selection": by})  # fmt: skip
+                "ref": str(refs), "selection": "average", "by_selection": by,
+                "averaged_updates": [80, 90, 100], "max_updates": 100})  # fmt: skip
     rep = comparison(exp, list(store.jobs(experiment_id=exp.id)), bootstrap=200)
     rows = {r["variant"]: r for r in rep["rows"]}
     div = rows["div"]
@@ -173,6 +179,12 @@ def test_a_row_and_its_baseline_are_scored_with_the_row_s_protocol(tmp_path: Pat
     # vanilla's last checkpoints (20.x), not its averages (30.x), are the baseline here
     assert div["delta"] == pytest.approx(5.0) and div["verdict"] == "better"
     assert rows["vanilla"]["protocol"] == "average" and rows["vanilla"]["bleu_mean"] == 30.2
+    # the row names the checkpoints of the model it scored: the last one, not the average
+    single = {"updates": [], "checkpoint_update": 100, "max_updates": 100, "selection": "last"}
+    assert div["averaged_updates"] == {"1": single, "2": single, "3": single}
+    assert rows["vanilla"]["averaged_updates"]["2"] == {
+        "updates": [80, 90, 100], "checkpoint_update": None, "max_updates": 100,
+        "selection": "average"}  # fmt: skip
 
 
 def test_identical_outputs_are_inconclusive_and_one_seed_warns(tmp_path: Path) -> None:

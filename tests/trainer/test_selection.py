@@ -96,6 +96,7 @@ def test_last_and_best_validation_selection(m30k: dict[str, Path], tmp_path: Pat
     res = Trainer(last, tmp_path / "last", progress=False).train()
     assert res.averaged is None and res.averaged_updates == [] and res.selection == "last"
     assert res.checkpoint is not None and update_of(res.checkpoint) == 12
+    assert res.checkpoint_updates == {"last": 12}
     best = tiny_config(m30k, train={**base, "checkpoint_select": "best_valid"})
     trainer = Trainer(best, tmp_path / "best", progress=False)
     res = trainer.train()
@@ -108,6 +109,7 @@ def test_last_and_best_validation_selection(m30k: dict[str, Path], tmp_path: Pat
         trainer.model.load_state_dict(model.state_dict())
         losses[update_of(path)] = trainer.validate()["valid_loss"]
     assert chosen == min(losses, key=lambda u: losses[u])
+    assert res.checkpoint_updates == {"best_valid": chosen}
     model, _ = load_model(res.averaged)
     ref, _ = load_model(tmp_path / "best" / "checkpoints" / f"ckpt-{chosen:08d}.pt")
     for k, v in model.state_dict().items():

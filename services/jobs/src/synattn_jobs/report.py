@@ -50,6 +50,29 @@ def scored(job: Job, protocol: str | None = None) -> dict[str, Any]:
             "selection": res.get("selection")}  # fmt: skip
 
 
+def model_updates(job: Job, protocol: str | None = None) -> dict[str, Any]:
+    """Which checkpoints made the final model a row scores (its protocol's, else the run's
+    primary one): the updates averaged into it (``[]`` for a single checkpoint), that single
+    checkpoint's update when known, and the run's length, so a reader can check that an
+    average came from the end of the run (DECISIONS §7)."""
+    res = job.result or {}
+    entry = (res.get("by_selection") or {}).get(protocol) if protocol else None
+    if entry is None:
+        entry = {"updates": res.get("averaged_updates"), "checkpoint": res.get("checkpoint"),
+                 "checkpoint_update": res.get("checkpoint_update")}  # fmt: skip
+        protocol = res.get("selection")
+    single = entry.get("checkpoint_update")
+    name = Path(str(entry.get("checkpoint") or "")).name
+    if single is None and name.startswith("ckpt-") and name.endswith(".pt"):
+        single = int(name[5:-3])  # a run from before the field: its checkpoint's name says it
+    return {
+        "updates": list(entry.get("updates") or []),
+        "checkpoint_update": None if entry.get("updates") else single,
+        "max_updates": res.get("max_updates"),
+        "selection": protocol,
+    }
+
+
 def _pooled_bootstrap(
     done: list[Job],
     base_jobs: dict[int, Job],
@@ -138,14 +161,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             )
             if done
             else None,
-            "averaged_updates": {
-                str(j.seed): {
-                    "updates": list(j.result.get("averaged_updates") or []),
-                    "max_updates": j.result.get("max_updates"),
-                    "selection": j.result.get("selection"),
-                }
-                for j in done
-            },
+            "averaged_updates": {str(j.seed): model_updates(j, protocol) for j in done},
             "is_baseline": is_baseline,
             "vs": None if is_baseline else vs,
             "delta": None,

@@ -71,6 +71,7 @@ def run_train(
         "checkpoint": str(checkpoint) if checkpoint else None,
         "selection": result.selection,
         "averaged_updates": result.averaged_updates,
+        "checkpoint_update": result.checkpoint_updates.get(result.selection),
         "max_updates": cfg.train.max_updates,
         "parameters": count_parameters(trainer.model),
         "tokens_per_s": median_tokens_per_s(out_dir / "metrics.jsonl"),
@@ -100,6 +101,7 @@ def run_train(
                 "bleu": round(bleu.score, 2), "chrf": round(corpus_chrf(hyps, refs).score, 2),
                 "hyp": str(hyp_path), "checkpoint": str(model),
                 "updates": result.final_updates.get(kind, []),
+                "checkpoint_update": result.checkpoint_updates.get(kind),
             }  # fmt: skip
             if primary:
                 out.update(

@@ -184,6 +184,8 @@ class TrainResult:
     selection: str = "last"  # how the final model was chosen (train.checkpoint_select)
     finals: dict[str, Path] = field(default_factory=dict)  # every selection made: its model
     final_updates: dict[str, list[int]] = field(default_factory=dict)  # and its updates
+    # the update of each selection's single checkpoint (last, best_valid; not an average)
+    checkpoint_updates: dict[str, int] = field(default_factory=dict)
 
     @property
     def averaged_updates(self) -> list[int]:
@@ -520,20 +522,24 @@ class Trainer:
         select = self.cfg.train.checkpoint_select
         finals: dict[str, Path] = {}
         updates: dict[str, list[int]] = {}
+        single: dict[str, int] = {}
         last = ck.latest(self.ckpt_dir)
         if done and self.rank == 0:
             for kind in self.cfg.train.selections():
                 path, picked = self._final_model(kind, last)
                 if path is not None:
                     finals[kind], updates[kind] = path, picked
+                    if not picked:
+                        single[kind] = self._single_update(kind, last)
             self._log_dev_gates()
         chosen = finals.get(select)
         self.log({"event": "end", "update": self.update, "epoch": self.epoch, "stopped": stop,
                   "selection": select, "averaged_updates": updates.get(select, []),
+                  "checkpoint_updates": single,
                   "finals": {k: str(v) for k, v in finals.items()}})  # fmt: skip
         return TrainResult(
             self.update, self.epoch, self.best_valid, last, None if chosen == last else chosen,
-            stop, select, finals, updates,
+            stop, select, finals, updates, single,
         )  # fmt: skip
 
     def _final_model(self, kind: str, last: Path | None) -> tuple[Path | None, list[int]]:
@@ -546,6 +552,13 @@ class Trainer:
             best = self.out / FINAL_NAMES["best_valid"]
             return (best if best.is_file() else None), []
         return last, []
+
+    def _single_update(self, kind: str, last: Path | None) -> int:
+        """The update at which a single-checkpoint final model was saved: the best validation
+        loss's for ``best_valid``, the newest checkpoint's otherwise."""
+        if kind == "best_valid":
+            return self.best_select[1]
+        return ck.update_of(last) if last is not None else self.update
 
     def _log_dev_gates(self) -> None:
         """Gated SLR: the gates over the dev set in eval mode (what seed 003 Fig. 3 shows),
