@@ -111,3 +111,26 @@ def test_controls_stand_beside_their_systems(tmp_path: Path) -> None:
     random = next(x for x in text.splitlines() if "| `headmask-random` |" in x)
     assert "| not measured yet | -1.00 vs vanilla | – | 1 of 3 |" in random
     assert "`routing-em`" not in text  # not planned in this study: no row
+
+
+def test_the_study_scores_only_end_of_run_models() -> None:
+    """DECISIONS §7 on what is published: every averaged model of the study's rows comes from
+    the last quarter of its run, every single checkpoint is named by its update, and each
+    row's record names the selection it was scored with (its paper's protocol)."""
+    path = REPO / "results" / claims().STUDY / "report.json"
+    if not path.is_file():
+        return  # nothing published yet: nothing to audit
+    report = json.loads(path.read_text(encoding="utf-8"))
+    protocols = report.get("protocols") or {}
+    checked = 0
+    for row in report["rows"]:
+        for seed, model in row["averaged_updates"].items():
+            n = model["max_updates"]
+            assert model["selection"] == protocols.get(row["variant"], "average"), (row, seed)
+            assert all(0.75 * n <= u <= n for u in model["updates"]), (row["variant"], seed)
+            if model["selection"] == "last":
+                assert model["updates"] == [] and model["checkpoint_update"] == n
+            if model["selection"] == "average":
+                assert len(model["updates"]) > 1 and model["checkpoint_update"] is None
+            checked += 1
+    assert checked == sum(row["succeeded"] for row in report["rows"])  # every finished run
