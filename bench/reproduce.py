@@ -128,8 +128,12 @@ def find_or_submit(grid: Path, env: dict[str, str]) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def publish(exp_id: str, results: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """Write the report, translations and ``run.json`` of the experiment's finished runs."""
+def publish(
+    exp_id: str, results: Path, meta: dict[str, Any], trained_with: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """Write the report, translations and ``run.json`` of the experiment's finished runs.
+    ``trained_with``: the driver's workers and threads, recorded with each run it finished
+    (a run's wall time depends on how many ran beside it); None when only publishing."""
     from synattn_jobs.report import comparison, write_html
     from synattn_jobs.settings import JobSettings
     from synattn_jobs.store import JobStore
@@ -152,13 +156,14 @@ def publish(exp_id: str, results: Path, meta: dict[str, Any]) -> dict[str, Any]:
             if not ref.is_file():
                 shutil.copyfile(res["ref"], ref)
             if not ledger_is_current(job, out):
-                write_ledger(job, out)
+                write_ledger(job, out, trained_with)
         wall = (job.finished_at - job.started_at) if job.finished_at and job.started_at else None
         wall = wall or res.get("wall_s")  # a record rebuilt without its timestamps keeps its wall
         runs.append({"name": job.name, "variant": job.variant, "seed": job.seed,
                      "state": job.state, "bleu": res.get("bleu"), "updates": res.get("update"),
                      "wall_s": round(wall, 1) if wall else None, "attempts": job.attempts,
-                     "tokens_per_s": res.get("tokens_per_s")})  # fmt: skip
+                     "tokens_per_s": res.get("tokens_per_s"),
+                     "trained_with": _ledger(out, job.name).get("trained_with")})  # fmt: skip
     resolved = next((j.spec.get("resolved") for j in jobs if j.spec.get("resolved")), None)
     walls: list[float] = [float(r["wall_s"]) for r in runs if r["wall_s"]]
     starts = [j.started_at for j in jobs if j.started_at]
@@ -181,6 +186,26 @@ def publish(exp_id: str, results: Path, meta: dict[str, Any]) -> dict[str, Any]:
     return info
 
 
+def republish_meta(grid: Path, results: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """``run.json``'s provenance when only publishing: the command, commit and hardware that
+    trained the runs stay those of the training driver (an earlier ``run.json``), and this
+    call is recorded beside them as ``republished``."""
+    from synattn_jobs.submit import load_experiment_file
+
+    earlier = results / load_experiment_file(grid).name / "run.json"
+    if not earlier.is_file():
+        return meta
+    kept = json.loads(earlier.read_text(encoding="utf-8"))
+    if "--publish-only" in str(kept.get("command")):
+        return meta  # nothing earlier to keep (a study only ever published)
+    return {
+        "command": kept.get("command"),
+        "git_commit": kept.get("git_commit"),
+        "hardware": kept.get("hardware"),
+        "republished": {"command": meta["command"], "git_commit": meta["git_commit"]},
+    }
+
+
 def spec_digest(spec: dict[str, Any]) -> str:
     """What a run trains, independent of where the checkout lies: its stored spec (the resolved
     configuration included) with this repository's path taken out."""
@@ -198,21 +223,27 @@ def _entries(res: dict[str, Any]) -> list[dict[str, Any]]:
     return [res, *(res.get("by_selection") or {}).values()]
 
 
+def _ledger(out: Path, name: str) -> dict[str, Any]:
+    """A published run's record ``runs/<name>.json``, or {} when it has none."""
+    path = out / "runs" / f"{name}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
 def ledger_is_current(job: Any, out: Path) -> bool:
     """Whether ``runs/<run>.json`` already records this finish of this configuration, so that
     publishing after each run rewrites only the runs that are new."""
-    path = out / "runs" / f"{job.name}.json"
-    if not path.is_file():
+    record = _ledger(out, job.name)
+    if not record:
         return False
-    record = json.loads(path.read_text(encoding="utf-8"))
     published = (record.get("finished_at"), record.get("spec_digest"))
     return published == (job.finished_at, spec_digest(job.spec))
 
 
-def write_ledger(job: Any, out: Path) -> None:
+def write_ledger(job: Any, out: Path, trained_with: dict[str, int] | None = None) -> None:
     """Publish one finished run so that a later session can take it as done: its translations
     under every final-model selection, its metrics, and ``runs/<run>.json`` with the result
-    (paths relative to ``out``), the spec's digest and the timing."""
+    (paths relative to ``out``), the spec's digest, the timing and, when known, how many runs
+    trained side by side with how many threads each (``trained_with``)."""
     from synattn_shared.atomic import atomic_write_text
 
     res = json.loads(json.dumps(job.result))
@@ -235,7 +266,8 @@ def write_ledger(job: Any, out: Path) -> None:
     record = {
         "name": job.name, "variant": job.variant, "seed": job.seed,
         "spec_digest": spec_digest(job.spec), "attempts": job.attempts,
-        "started_at": job.started_at, "finished_at": job.finished_at, "result": res,
+        "started_at": job.started_at, "finished_at": job.finished_at,
+        "trained_with": trained_with, "result": res,
     }  # fmt: skip
     atomic_write_text(runs / f"{job.name}.json", json.dumps(record, indent=1) + "\n")
 
@@ -298,10 +330,13 @@ def main() -> None:
         "hardware": hardware(args.threads, args.workers),
     }
     if args.publish_only:
+        meta = republish_meta(args.grid, args.results, meta)
         info = publish(exp_id, args.results, meta)
         print(f"{info['finished']}/{info['planned']} runs published to {args.results}")
         return
     from synattn_jobs.cli import start_worker
+
+    trained_with = {"workers": args.workers, "threads": args.threads}
 
     threads = {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     logs = args.home / "jobs"
@@ -323,7 +358,7 @@ def main() -> None:
                 break
             if done != ended:  # publish (bootstrap, figures, copies) only when a run ended
                 ended = done
-                info = publish(exp_id, args.results, meta)
+                info = publish(exp_id, args.results, meta, trained_with)
                 print(f"[{time.time() - started:7.0f} s] {info['finished']}/{info['planned']} "
                       "runs done", flush=True)  # fmt: skip
             if any(w.poll() is not None for w in workers):
@@ -334,7 +369,7 @@ def main() -> None:
             w.terminate()
         for w in workers:
             w.wait(timeout=120)
-    info = publish(exp_id, args.results, meta)
+    info = publish(exp_id, args.results, meta, trained_with)
     where = args.results / info["experiment"]
     print(f"{info['finished']}/{info['planned']} runs published to {where}")
 

@@ -63,6 +63,21 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
     names = sorted(p.name for p in (out / "translations").iterdir())
     assert names == sorted([f"{v}-s{s}.test.txt" for v in ("vanilla", "dea") for s in (1, 2, 3)]
                            + ["ref.test.txt"])  # fmt: skip
+    # publishing again keeps the provenance of the driver that trained the runs, and says who
+    # republished; a run published without a driver has no concurrency on record
+    trained = {**run, "command": "python bench/reproduce.py grid.yaml --workers 2 --threads 1",
+               "hardware": {**run["hardware"], "workers": 2}}  # fmt: skip
+    (out / "run.json").write_text(json.dumps(trained))
+    again = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "reproduce.py"), str(grid), "--publish-only",
+         "--home", str(home), "--results", str(results)],
+        capture_output=True, text=True, timeout=300, env={**os.environ},
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["command"] == trained["command"] and run["hardware"]["workers"] == 2
+    assert "--publish-only" in run["republished"]["command"]
+    assert {r["trained_with"] for r in run["runs"]} == {None}
 
 
 def _load_reproduce() -> object:
@@ -120,9 +135,14 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
     for name in ("vanilla-s1", "rp-s1"):  # dea-s1 never finished in session 1
         store.claim(ids[name], "w", 60)
         store.finish(ids[name], "succeeded", result)
-    repro.publish(exp_id, results, {"command": "x"})  # type: ignore[attr-defined]
+    side_by_side = {"workers": 2, "threads": 1}
+    repro.publish(exp_id, results, {"command": "x"}, side_by_side)  # type: ignore[attr-defined]
     out = results / "ledger"
     record = json.loads((out / "runs" / "vanilla-s1.json").read_text())
+    assert record["trained_with"] == side_by_side
+    listed = json.loads((out / "run.json").read_text())["runs"]
+    assert {r["name"]: r["trained_with"] for r in listed} == {
+        "dea-s1": None, "rp-s1": side_by_side, "vanilla-s1": side_by_side}  # fmt: skip
     assert (
         record["result"]["by_selection"]["last"]["hyp"] == "translations/vanilla-s1.test.last.txt"
     )
@@ -144,7 +164,7 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
     # publishing again leaves the adopted run's ledger as it was: it is not written again
     ledger = out / "runs" / "vanilla-s1.json"
     written = (ledger.stat().st_mtime_ns, ledger.read_text())
-    repro.publish(exp2, results, {"command": "x"})  # type: ignore[attr-defined]
+    repro.publish(exp2, results, {"command": "x"}, {"workers": 1, "threads": 1})  # type: ignore[attr-defined]
     assert (ledger.stat().st_mtime_ns, ledger.read_text()) == written
 
 
