@@ -31,6 +31,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -306,6 +307,19 @@ def adopt_published(exp_id: str, results: Path) -> list[str]:
     return taken
 
 
+def exit_on_termination() -> None:
+    """SIGTERM and SIGHUP (a ``kill``, a closed terminal, a session's end) leave through
+    ``SystemExit``, so that the driver's ``finally`` stops its workers warmly (each running run
+    saves where it is and goes back on the queue); by default they would end the driver alone
+    and leave its workers training on, unsupervised and unpublished."""
+
+    def leave(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, leave)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -336,6 +350,7 @@ def main() -> None:
         return
     from synattn_jobs.cli import start_worker
 
+    exit_on_termination()
     trained_with = {"workers": args.workers, "threads": args.threads}
 
     threads = {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}

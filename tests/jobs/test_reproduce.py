@@ -175,3 +175,30 @@ def test_published_run_ledgers_are_not_git_ignored() -> None:
     for path in ("results/study-conv/runs/vanilla-s1.json", "results/any-study/runs/x.json"):
         out = subprocess.run(["git", "check-ignore", "-q", path], cwd=repo)
         assert out.returncode == 1, f"{path} is git-ignored"
+
+
+def test_a_terminated_driver_leaves_through_its_cleanup() -> None:
+    """``kill`` (SIGTERM) or a closed terminal (SIGHUP) must reach the driver's ``finally``,
+    which stops its workers: by default the signal ended the driver alone, and its workers
+    trained on, orphaned (seen in a session)."""
+    import signal
+    import time
+
+    import pytest
+
+    repro: object = _load_reproduce()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        repro.exit_on_termination()  # type: ignore[attr-defined]
+        for sig in saved:
+            cleaned = False
+            with pytest.raises(SystemExit) as stop:
+                try:
+                    os.kill(os.getpid(), sig)
+                    time.sleep(5)  # the handler ends the sleep at once
+                finally:
+                    cleaned = True
+            assert cleaned and stop.value.code == 128 + sig
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
