@@ -21,6 +21,15 @@ RESOLVED = {
 }
 
 
+def _publish_only(grid: Path, home: Path, results: Path) -> subprocess.CompletedProcess[str]:
+    """``bench/reproduce.py GRID --publish-only`` on a queue under ``home``."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / "reproduce.py"), str(grid), "--publish-only",
+         "--home", str(home), "--results", str(results)],
+        capture_output=True, text=True, timeout=300, env={**os.environ},
+    )  # fmt: skip
+
+
 def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> None:
     home, results = tmp_path / "home", tmp_path / "results"
     (home / "jobs").mkdir(parents=True)
@@ -42,11 +51,7 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
             store.finish(job.id, "succeeded", {"bleu": 20.0 + shift + seed / 10, "chrf": 50.0,
                                                "hyp": str(hyp), "ref": str(ref), "split": "test",
                                                "update": 600})  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "reproduce.py"), str(grid), "--publish-only",
-         "--home", str(home), "--results", str(results)],
-        capture_output=True, text=True, timeout=300, env={**os.environ},
-    )  # fmt: skip
+    proc = _publish_only(grid, home, results)
     assert proc.returncode == 0, proc.stderr
     out = results / "pub"
     assert "6/6 runs published" in proc.stdout
@@ -68,11 +73,7 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
     trained = {**run, "command": "python bench/reproduce.py grid.yaml --workers 2 --threads 1",
                "hardware": {**run["hardware"], "workers": 2}}  # fmt: skip
     (out / "run.json").write_text(json.dumps(trained))
-    again = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "reproduce.py"), str(grid), "--publish-only",
-         "--home", str(home), "--results", str(results)],
-        capture_output=True, text=True, timeout=300, env={**os.environ},
-    )  # fmt: skip
+    again = _publish_only(grid, home, results)
     assert again.returncode == 0, again.stderr
     run = json.loads((out / "run.json").read_text())
     assert run["command"] == trained["command"] and run["hardware"]["workers"] == 2
