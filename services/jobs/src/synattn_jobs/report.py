@@ -62,9 +62,11 @@ def model_updates(job: Job, protocol: str | None = None) -> dict[str, Any]:
                  "checkpoint_update": res.get("checkpoint_update")}  # fmt: skip
         protocol = res.get("selection")
     single = entry.get("checkpoint_update")
-    name = Path(str(entry.get("checkpoint") or "")).name
-    if single is None and name.startswith("ckpt-") and name.endswith(".pt"):
-        single = int(name[5:-3])  # a run from before the field: its checkpoint's name says it
+    path = Path(str(entry.get("checkpoint") or ""))
+    if single is None and path.name.startswith("ckpt-"):
+        from synattn_trainer.checkpoint import update_of
+
+        single = update_of(path)  # a run from before the field: its checkpoint's name says it
     return {
         "updates": list(entry.get("updates") or []),
         "checkpoint_update": None if entry.get("updates") else single,

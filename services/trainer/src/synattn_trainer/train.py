@@ -526,11 +526,11 @@ class Trainer:
         last = ck.latest(self.ckpt_dir)
         if done and self.rank == 0:
             for kind in self.cfg.train.selections():
-                path, picked = self._final_model(kind, last)
+                path, picked, at = self._final_model(kind, last)
                 if path is not None:
                     finals[kind], updates[kind] = path, picked
-                    if not picked:
-                        single[kind] = self._single_update(kind, last)
+                    if at is not None:
+                        single[kind] = at
             self._log_dev_gates()
         chosen = finals.get(select)
         self.log({"event": "end", "update": self.update, "epoch": self.epoch, "stopped": stop,
@@ -542,23 +542,20 @@ class Trainer:
             stop, select, finals, updates, single,
         )  # fmt: skip
 
-    def _final_model(self, kind: str, last: Path | None) -> tuple[Path | None, list[int]]:
-        """One final-model selection's file (averaged.pt, the last checkpoint, best.pt) and
-        the updates averaged into it ([] for a single checkpoint)."""
+    def _final_model(
+        self, kind: str, last: Path | None
+    ) -> tuple[Path | None, list[int], int | None]:
+        """One final-model selection's file (averaged.pt, the last checkpoint, best.pt), the
+        updates averaged into it ([] for a single checkpoint) and, for a single checkpoint, the
+        update it was saved at (the best validation loss's, or the newest checkpoint's)."""
         if kind == "average":
             picked = self.averaged_updates()
-            return self.average(picked), picked
+            single = None if picked else (ck.update_of(last) if last else self.update)
+            return self.average(picked), picked, single
         if kind == "best_valid":
             best = self.out / FINAL_NAMES["best_valid"]
-            return (best if best.is_file() else None), []
-        return last, []
-
-    def _single_update(self, kind: str, last: Path | None) -> int:
-        """The update at which a single-checkpoint final model was saved: the best validation
-        loss's for ``best_valid``, the newest checkpoint's otherwise."""
-        if kind == "best_valid":
-            return self.best_select[1]
-        return ck.update_of(last) if last is not None else self.update
+            return (best if best.is_file() else None), [], self.best_select[1]
+        return last, [], (ck.update_of(last) if last else self.update)
 
     def _log_dev_gates(self) -> None:
         """Gated SLR: the gates over the dev set in eval mode (what seed 003 Fig. 3 shows),
