@@ -111,7 +111,8 @@ def submit_training(
                  "max_tokens": 1024},
         "model": {"enc_layers": 2, "dec_layers": 2, "d_model": 64, "d_ff": 128, "heads": 4},
         "optim": {"lr": 0.003, "warmup": 50},
-        "train": {"max_updates": updates, "bleu_every": 0, "log_every": 5, "seed": 1,
+        "train": {"max_updates": updates, "max_epochs": 100_000, "bleu_every": 0,
+                  "log_every": 5, "seed": 1,
                   "checkpoint_every_updates": max(1, updates // 4), "average_last": 1},
         "decode": {"beam": 2, "batch_sentences": 100},
     }  # fmt: skip
