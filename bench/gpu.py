@@ -25,7 +25,6 @@ figures go to ``results/gpu/<device>.json`` (``--out``) and to stdout.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import re
@@ -45,6 +44,8 @@ from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.train import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import variants as bench_variants  # noqa: E402  bench/variants.py: its data cache, timed loop
 
 SHAPES: dict[str, dict[str, Any]] = {
     "base": {"enc_layers": 6, "dec_layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8},
@@ -69,16 +70,6 @@ KIND = {
 }  # fmt: skip
 RATIO_GOAL = 0.9
 MFU_GOAL = 0.35
-
-
-def _variants_module() -> Any:
-    """``bench/variants.py`` (its data cache and timed loop), loaded as a module."""
-    spec = importlib.util.spec_from_file_location("bench_variants", REPO / "bench" / "variants.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_variants", mod)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def peak_tflops(device_name: str) -> float | None:
@@ -111,7 +102,6 @@ def flops_per_token(
 ) -> float:
     """FLOPs of one update per target token, counted over ``updates`` batches (forward and
     backward of every matmul and attention kernel; the optimiser is elementwise and left out)."""
-    variants = _variants_module()
     eager = cfg.model_copy(update={"train": cfg.train.model_copy(update={"compile": False})})
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as out:
@@ -119,7 +109,7 @@ def flops_per_token(
         counter = FlopCounterMode(display=False)
         tokens = 0
         with counter:
-            for index in variants.timed_batches(trainer, max_tokens, updates):
+            for index in bench_variants.timed_batches(trainer, max_tokens, updates):
                 tokens += trainer.step([index]).tokens
         return counter.get_total_flops() / max(tokens, 1)
 
@@ -136,7 +126,6 @@ def run(
     peak: float | None,
 ) -> dict[str, Any]:
     """Time every preset (interleaved repeats) and count vanilla's FLOPs; the report as a dict."""
-    variants = _variants_module()
     names = ["vanilla", *[n for n in names if n != "vanilla"]]
     configs = {n: TrainConfig.model_validate(merge(base, VARIANTS[n])) for n in names}
     rates: dict[str, list[float]] = {n: [] for n in names}
@@ -149,7 +138,7 @@ def run(
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             try:
-                rate = variants.measure(configs[name], warmup, updates, max_tokens, device)
+                rate = bench_variants.measure(configs[name], warmup, updates, max_tokens, device)
             except Exception as exc:  # a preset that breaks on this device is a finding
                 errors[name] = f"{type(exc).__name__}: {exc}"
                 traceback.print_exc()
@@ -254,11 +243,10 @@ def main() -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device here (CPU-only torch?); try --device cpu for a smoke run")
-    variants = _variants_module()
-    shards = variants.prepare(args.data_dir, args.pairs, vocab=8000)
+    shards = bench_variants.prepare(args.data_dir, args.pairs, vocab=8000)
     base = {
         "data": {"train": str(shards), "valid": str(shards), "max_len": 128,
-                 "tokenizer": str(variants.tokenizer_path(args.pairs, 8000))},
+                 "tokenizer": str(bench_variants.tokenizer_path(args.pairs, 8000))},
         "model": SHAPES[args.shape],
         "optim": {"lr": 1e-4, "warmup": 4000},
         "train": {"precision": "auto", "compile": args.compile},

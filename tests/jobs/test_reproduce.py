@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from synattn_jobs.store import JobStore
+from tests.conftest import bench_script
 
 REPO = Path(__file__).resolve().parents[2]
 RESOLVED = {
@@ -82,13 +83,7 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
 
 
 def _load_reproduce() -> object:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("reproduce", REPO / "bench" / "reproduce.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("reproduce")
 
 
 def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
