@@ -19,6 +19,7 @@ figures go to ``results/gpu/<device>.json`` (``--out``) and to stdout.
 
     python bench/gpu.py                                 # all presets, on the CUDA device
     python bench/gpu.py --variants vanilla dea lpea --compile
+    python bench/gpu.py --shards build/m30k            # `make data`'s shards, no parsing
     python bench/gpu.py --device cpu --shape tiny8 --updates 2 --repeats 1 --pairs 500  # smoke
 """
 
@@ -235,6 +236,11 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="torch.compile the training forward")
     ap.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak")
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument(
+        "--shards", type=Path,
+        help="a `make data` folder (train/ and tokenizer.json) to use instead of parsing "
+        "--pairs pairs (a machine without spaCy: the lent GPU, bench/gpu_device.sh)",
+    )  # fmt: skip
     ap.add_argument("--out", type=Path, help="report JSON (default results/gpu/<device>.json)")
     args = ap.parse_args()
     unknown = set(args.variants) - set(VARIANTS)
@@ -243,10 +249,16 @@ def main() -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device here (CPU-only torch?); try --device cpu for a smoke run")
-    shards = bench_variants.prepare(args.data_dir, args.pairs, vocab=8000)
+    if args.shards:
+        shards, tokenizer = args.shards / "train", args.shards / "tokenizer.json"
+        if not (shards.is_dir() and tokenizer.is_file()):
+            raise SystemExit(f"--shards {args.shards}: no train/ and tokenizer.json (make data)")
+    else:
+        shards = bench_variants.prepare(args.data_dir, args.pairs, vocab=8000)
+        tokenizer = bench_variants.tokenizer_path(args.pairs, 8000)
     base = {
         "data": {"train": str(shards), "valid": str(shards), "max_len": 128,
-                 "tokenizer": str(bench_variants.tokenizer_path(args.pairs, 8000))},
+                 "tokenizer": str(tokenizer)},
         "model": SHAPES[args.shape],
         "optim": {"lr": 1e-4, "warmup": 4000},
         "train": {"precision": "auto", "compile": args.compile},

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 
-from synattn_parser.batch import parse_corpus
 from synattn_shared.datasets import link_multi30k
 from synattn_shared.shards import ShardDataset
 from synattn_trainer.config import TrainConfig
@@ -41,6 +40,9 @@ KIND = {  # what the variant adds to the logits: the 0.85 goal is for bias/mask 
 def prepare(data_dir: Path, pairs: int, vocab: int = 4000) -> Path:
     """Parse ``pairs`` Multi30k training pairs once and learn a joint vocabulary (cached, as
     ``tokenizer_path(pairs, vocab)``)."""
+    # imported here: a machine that reuses parsed shards (a lent GPU) needs no parser
+    from synattn_parser.batch import parse_corpus
+
     CACHE.mkdir(parents=True, exist_ok=True)
     raw = CACHE / "raw"
     link_multi30k(data_dir, raw)

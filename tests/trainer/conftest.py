@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from synattn_parser.batch import parse_corpus
 from synattn_shared.shards import ShardDataset
 from synattn_trainer.config import TrainConfig
 from synattn_trainer.tokenizer import train_tokenizer
@@ -27,6 +26,9 @@ def _head(split: str, lang: str, n: int, out: Path) -> Path:
 @pytest.fixture(scope="session")
 def m30k(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Parsed train/valid subsets with targets, and a joint BPE vocabulary of 600."""
+    # imported here: test_cuda.py on a machine without spaCy trains on carried shards instead
+    from synattn_parser.batch import parse_corpus
+
     d = tmp_path_factory.mktemp("m30k")
     paths: dict[str, Path] = {}
     for split, name, n in (("train", "train", TRAIN_PAIRS), ("val", "valid", VALID_PAIRS)):

@@ -1,10 +1,13 @@
 """Training on a GPU (issue 27's GPU part): CUDA with bf16 autocast, for vanilla and for
 variants that bring their own kernels' inputs (bias, mask, routing). Runs only where CUDA
-exists; on a CPU-only machine (CI, this project's development machines) it skips and says so."""
+exists; on a CPU-only machine (CI, this project's development machines) it skips and says so.
+On a machine without spaCy or ../shared/data (the lent GPU machine, ``bench/gpu_device.sh``) it
+trains on the `make data` shards that ``SYNATTN_TEST_M30K`` names."""
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,23 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(scope="module")
+def data(request: pytest.FixtureRequest) -> dict[str, Path]:
+    """A `make data` folder named by SYNATTN_TEST_M30K, else the trainer tests' parsed subset."""
+    prebuilt = os.environ.get("SYNATTN_TEST_M30K")
+    if not prebuilt:
+        return request.getfixturevalue("m30k")  # type: ignore[no-any-return]
+    root = Path(prebuilt)
+    paths = {
+        "train": root / "train",
+        "valid": root / "valid",
+        "tokenizer": root / "tokenizer.json",
+    }
+    missing = [str(p) for p in paths.values() if not p.exists()]
+    assert not missing, f"SYNATTN_TEST_M30K={prebuilt} lacks {missing} (make data)"
+    return paths
+
+
 @pytest.mark.parametrize(
     "attention",
     [
@@ -28,8 +48,8 @@ pytestmark = pytest.mark.skipif(
     ],
     ids=["vanilla", "dea", "slr-gated", "routing"],
 )
-def test_trains_on_cuda_in_bf16(m30k: dict[str, Path], tmp_path: Path, attention: dict) -> None:  # type: ignore[type-arg]
-    cfg = tiny_config(m30k, attention=attention, train={"max_updates": 30, "precision": "auto",
+def test_trains_on_cuda_in_bf16(data: dict[str, Path], tmp_path: Path, attention: dict) -> None:  # type: ignore[type-arg]
+    cfg = tiny_config(data, attention=attention, train={"max_updates": 30, "precision": "auto",
                                                          "average_last": 1})  # fmt: skip
     trainer = Trainer(cfg, tmp_path / "run", device=torch.device("cuda"), progress=False)
     assert trainer.autocast_dtype is torch.bfloat16  # auto: bf16 on CUDA

@@ -65,3 +65,51 @@ def test_a_run_times_every_preset_and_counts_vanillas_flops(
     assert report["vanilla_mfu"] == pytest.approx(expected)
     text = gpu.render(report)
     assert "lpea" in text and "MFU" in text
+
+
+def test_the_gpu_kit_carries_the_first_whole_shards_as_a_dataset(tmp_path: Path) -> None:
+    """bench/gpu_kit.py's training subset is a shard directory the reader takes as it is: the
+    first whole shards that hold the pairs asked for, listed by a manifest of their own."""
+    from synattn_parser.batch import parse_corpus
+    from synattn_shared.shards import ShardDataset
+
+    kit = bench_script("gpu_kit")
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("".join(f"The {k}th dog chased a cat .\n" for k in range(25)))
+    tgt.write_text("".join(f"Der {k}. Hund jagte eine Katze .\n" for k in range(25)))
+    full = tmp_path / "train"
+    parse_corpus(src, full, tgt=tgt, rows_per_shard=10)
+    rows = list(ShardDataset(full).iter_rows(columns=["words", "tgt"]))
+    for pairs, expected in ((12, 20), (1, 10), (10, 10), (1000, 25)):
+        out = tmp_path / f"kit{pairs}"
+        assert kit.trim_shards(full, out, pairs) == expected
+        assert list(ShardDataset(out).iter_rows(columns=["words", "tgt"])) == rows[:expected]
+        assert len(list(out.glob("*.parquet"))) == -(-expected // 10)
+    with pytest.raises(SystemExit, match="not a complete parse"):
+        kit.trim_shards(_incomplete(full, tmp_path / "partial"), tmp_path / "again", 5)
+
+
+def _incomplete(full: Path, dest: Path) -> Path:
+    import json
+    import shutil
+
+    shutil.copytree(full, dest)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    (dest / "manifest.json").write_text(json.dumps({**manifest, "complete": False}))
+    return dest
+
+
+def test_shards_that_are_not_a_parsed_folder_are_refused_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "gpu.py"), "--device", "cpu", "--shards",
+         str(tmp_path)], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"--shards {tmp_path}: no train/ and tokenizer.json (make data)"
+    )

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 27's GPU part on a lent GPU machine (the `device` tool), run from the repository root
+# with what `python bench/gpu_kit.py` made here carried:
+#
+#   run(command="bash bench/gpu_device.sh tests quick", carry=[".whl", "build/gpu-kit"])
+#
+# Stages, run in the order given (each writes $OUT/<stage>.log; a failed stage does not stop
+# the next, the exit status says whether any failed):
+#   tests    the device and torch, then tests/trainer/test_cuda.py on the kit's shards
+#   quick    bench/gpu.py for vanilla and three bias/mask presets ($OUT/gpu-quick.json)
+#   bench    bench/gpu.py for every preset ($OUT/gpu.json; about 5 minutes on an H100)
+#   compile  bench/gpu.py --compile for vanilla and the same three ($OUT/gpu-compile.json)
+# BENCH_ARGS adds arguments to every bench/gpu.py call (e.g. "--max-tokens 8192").
+# Copy what comes back to results/gpu/ (the JSON names its device) and commit it.
+set -u -o pipefail
+export SYNATTN_TEST_M30K=build/gpu-kit
+OUT=${OUT:-build/gpu-out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || { echo "gpu_device.sh: installing .whl failed"; exit 2; }
+export PYTHONPATH=/tmp/site:$PWD:$PWD/shared/src:$PWD/services/trainer/src PYTHONUNBUFFERED=1
+KIT=build/gpu-kit
+[ -f $KIT/tokenizer.json ] || { echo "gpu_device.sh: no $KIT (python bench/gpu_kit.py)"; exit 2; }
+BIAS_MASK=(dea lpea slr-pure)
+status=0
+
+stage() {  # stage NAME COMMAND...: run it, its output to the terminal and $OUT/NAME.log
+    local name=$1
+    shift
+    echo "== $name: $*"
+    "$@" 2>&1 | tee "$OUT/$name.log" || { status=1; echo "== $name FAILED"; }
+}
+
+for s in "$@"; do
+    case $s in
+    tests)
+        stage device bash -c 'nvidia-smi; python3 -c "import torch; print(torch.__version__,
+            torch.version.cuda, torch.cuda.get_device_name(), torch.cuda.is_bf16_supported())"'
+        stage tests python3 -m pytest -p no:cacheprovider -q -ra \
+            tests/trainer/test_cuda.py ;;
+    quick)
+        stage quick python3 bench/gpu.py --shards $KIT --variants vanilla "${BIAS_MASK[@]}" \
+            --out "$OUT/gpu-quick.json" ${BENCH_ARGS:-} ;;
+    bench)
+        stage bench python3 bench/gpu.py --shards $KIT --out "$OUT/gpu.json" ${BENCH_ARGS:-} ;;
+    compile)
+        stage compile python3 bench/gpu.py --shards $KIT --compile --variants vanilla \
+            "${BIAS_MASK[@]}" --out "$OUT/gpu-compile.json" ${BENCH_ARGS:-} ;;
+    *) echo "gpu_device.sh: unknown stage $s (tests, quick, bench, compile)"; exit 2 ;;
+    esac
+done
+exit $status
