@@ -307,6 +307,28 @@ def adopt_published(exp_id: str, results: Path) -> list[str]:
     return taken
 
 
+def put_first(exp_id: str, names: list[str]) -> None:
+    """Queue the named runs of the experiment before its others, in the order given (to fit
+    what a session can finish); the rest keep their order. A name that is not a waiting run
+    of the experiment is refused with the reason."""
+    from synattn_jobs.settings import JobSettings
+    from synattn_jobs.store import JobStore
+
+    store = JobStore(JobSettings().database_url)
+    jobs = {j.name: j for j in store.jobs(experiment_id=exp_id)}
+    unknown = [n for n in names if n not in jobs]
+    if unknown:
+        example = next(iter(jobs), "vanilla-s1")
+        raise SystemExit(f"--first: no run {', '.join(unknown)} in this experiment "
+                         f"(runs are named like {example})")  # fmt: skip
+    busy = [f"{n} ({jobs[n].state})" for n in names if jobs[n].state != "queued"]
+    if busy:
+        raise SystemExit(f"--first: {', '.join(busy)} not waiting to train")
+    store.prioritise([j.id for j in jobs.values()], 0)
+    for rank, name in enumerate(names):
+        store.prioritise([jobs[name].id], len(names) - rank)
+
+
 def exit_on_termination() -> None:
     """SIGTERM and SIGHUP (a ``kill``, a closed terminal, a session's end) leave through
     ``SystemExit``, so that the driver's ``finally`` stops its workers warmly (each running run
@@ -331,6 +353,10 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=REPO / "results")
     ap.add_argument("--publish-only", action="store_true", help="write results/ and exit")
     ap.add_argument("--poll", type=float, default=30.0)
+    ap.add_argument(
+        "--first", nargs="+", default=[], metavar="RUN",
+        help="train these runs (e.g. fixed-word-s2) before the others, in this order",
+    )  # fmt: skip
     args = ap.parse_args()
     env = settings_env(args.home.resolve())
     os.environ.update(env)
@@ -338,6 +364,8 @@ def main() -> None:
     taken = adopt_published(exp_id, args.results)
     if taken:
         print(f"{len(taken)} runs taken as done from {args.results}: {', '.join(taken)}")
+    if args.first:
+        put_first(exp_id, args.first)
     meta = {
         "command": "python bench/reproduce.py " + " ".join(map(shlex.quote, sys.argv[1:])),
         "git_commit": git_commit(),

@@ -198,3 +198,33 @@ def test_a_terminated_driver_leaves_through_its_cleanup() -> None:
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+
+
+def test_runs_put_first_are_released_first_in_the_order_given(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    """``--first``: the named waiting runs go to free workers before the rest, in the order
+    given, the rest in theirs; a run that is not waiting, or not in the study, is refused."""
+    import pytest
+
+    mp: pytest.MonkeyPatch = monkeypatch  # type: ignore[assignment]
+    db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    mp.setenv("SYNATTN_DATABASE_URL", db)
+    repro: object = _load_reproduce()
+    store = JobStore(db)
+    exp = store.create_experiment("study", "vanilla", {"seeds": [1, 2]})
+    names = ["vanilla-s1", "dea-s1", "vanilla-s2", "dea-s2", "lpea-s2"]
+    ids = {n: store.create_job("train", n, {}, str(tmp_path), experiment_id=exp.id,
+                               variant=n.split("-s")[0], seed=int(n[-1])).id
+           for n in names}  # fmt: skip
+    store.claim(ids["vanilla-s1"], "w", 60)  # running: cannot go first
+    repro.put_first(exp.id, ["lpea-s2", "vanilla-s2"])  # type: ignore[attr-defined]
+    store.register_worker("w1", "train", 3)
+    released = store.release_next("train", 0, 60, None)
+    assert [store.get(j).name for j in released] == ["lpea-s2", "vanilla-s2"]  # type: ignore[union-attr]
+    store.register_worker("w2", "train", 1)
+    assert [store.get(j).name for j in store.release_next("train", 0, 60, None)] == ["dea-s1"]  # type: ignore[union-attr]
+    with pytest.raises(SystemExit, match=r"--first: vanilla-s1 \(running\) not waiting"):
+        repro.put_first(exp.id, ["vanilla-s1"])  # type: ignore[attr-defined]
+    with pytest.raises(SystemExit, match="--first: no run fixed-s1 in this experiment"):
+        repro.put_first(exp.id, ["fixed-s1", "dea-s2"])  # type: ignore[attr-defined]
