@@ -309,8 +309,9 @@ def adopt_published(exp_id: str, results: Path) -> list[str]:
 
 def put_first(exp_id: str, names: list[str]) -> None:
     """Queue the named runs of the experiment before its others, in the order given (to fit
-    what a session can finish); the rest keep their order. A name that is not a waiting run
-    of the experiment is refused with the reason."""
+    what a session can finish); the rest keep their order. A run that a stopped driver handed
+    back (already in the broker, to resume) still comes before them. A name that is not a
+    waiting run of the experiment is refused with the reason."""
     from synattn_jobs.settings import JobSettings
     from synattn_jobs.store import JobStore
 
