@@ -124,6 +124,18 @@ def measured(
     return None
 
 
+def _threads(run: dict[str, Any]) -> str:
+    """Torch threads per run, from each finished run's own record (``trained_with``; the
+    latest driver's setting for runs published before it was recorded)."""
+    default = run["hardware"]["threads_per_worker"]
+    finished = [r for r in run.get("runs", []) if r.get("state") == "succeeded"]
+    used = sorted({(r.get("trained_with") or {}).get("threads", default) for r in finished})
+    used = used or [default]
+    if len(used) == 1:
+        return f"{used[0]} thread{'s' if used[0] != 1 else ''}/run"
+    return f"{used[0]}-{used[-1]} threads/run"
+
+
 def cells(found: dict[str, Any] | None, seed_p: float | None, boot_p: float | None) -> list[str]:
     """The measured cells of one row: Δ, the table-adjusted p-values and the verdict on them,
     seeds, budget, hardware."""
@@ -137,7 +149,7 @@ def cells(found: dict[str, Any] | None, seed_p: float | None, boot_p: float | No
     protocol = row.get("protocol") or "average"
     budget = (f"{b['model']}; {b['max_updates']} updates × ≤{b['max_tokens']} padded "
               f"tokens; final model: {protocol}; `{report['name']}`")  # fmt: skip
-    hardware = f"{hw['device']} ({hw['cpu_count']} cores, {hw['threads_per_worker']} thread/run)"
+    hardware = f"{hw['device']} ({hw['cpu_count']} cores, {_threads(run)})"
     verdict = decide(diffs, seed_p, boot_p)
     return [
         _delta(row),

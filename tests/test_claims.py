@@ -134,3 +134,16 @@ def test_the_study_scores_only_end_of_run_models() -> None:
                 assert len(model["updates"]) > 1 and model["checkpoint_update"] is None
             checked += 1
     assert checked == sum(row["succeeded"] for row in report["rows"])  # every finished run
+
+
+def test_the_hardware_cell_counts_threads_from_each_run_s_record() -> None:
+    mod = claims()
+    hw = {"threads_per_worker": 2}
+    run = {"hardware": hw, "runs": [
+        {"state": "succeeded", "trained_with": {"workers": 2, "threads": 1}},
+        {"state": "succeeded", "trained_with": None},  # published before it was recorded
+        {"state": "queued", "trained_with": None},
+    ]}  # fmt: skip
+    assert mod._threads(run) == "1-2 threads/run"
+    assert mod._threads({"hardware": hw, "runs": run["runs"][:1]}) == "1 thread/run"
+    assert mod._threads({"hardware": hw, "runs": []}) == "2 threads/run"
