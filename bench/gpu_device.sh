@@ -13,13 +13,13 @@
 # BENCH_ARGS adds arguments to every bench/gpu.py call (e.g. "--max-tokens 8192").
 # Copy what comes back to results/gpu/ (the JSON names its device) and commit it.
 set -u -o pipefail
-export SYNATTN_TEST_M30K=build/gpu-kit
+KIT=build/gpu-kit
+export SYNATTN_TEST_M30K=$KIT
 OUT=${OUT:-build/gpu-out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || { echo "gpu_device.sh: installing .whl failed"; exit 2; }
 export PYTHONPATH=/tmp/site:$PWD:$PWD/shared/src:$PWD/services/trainer/src PYTHONUNBUFFERED=1
-KIT=build/gpu-kit
 [ -f $KIT/tokenizer.json ] || { echo "gpu_device.sh: no $KIT (python bench/gpu_kit.py)"; exit 2; }
 BIAS_MASK=(dea lpea slr-pure)
 status=0

@@ -108,6 +108,14 @@ def parse_source(resolved: dict[str, Any]) -> dict[str, Any] | None:
     return parser
 
 
+def study_store() -> Any:
+    """The job store of the embedded queue that ``settings_env`` points the settings at."""
+    from synattn_jobs.settings import JobSettings
+    from synattn_jobs.store import JobStore
+
+    return JobStore(JobSettings().database_url)
+
+
 def find_or_submit(grid: Path, env: dict[str, str]) -> str:
     """The experiment's id: an earlier submission of the same name, or a new one."""
     from synattn_jobs.settings import JobSettings
@@ -136,11 +144,9 @@ def publish(
     ``trained_with``: the driver's workers and threads, recorded with each run it finished
     (a run's wall time depends on how many ran beside it); None when only publishing."""
     from synattn_jobs.report import comparison, write_html
-    from synattn_jobs.settings import JobSettings
-    from synattn_jobs.store import JobStore
     from synattn_shared.atomic import atomic_write_text
 
-    store = JobStore(JobSettings().database_url)
+    store = study_store()
     exp = store.experiment(exp_id)
     assert exp is not None
     jobs = list(store.jobs(experiment_id=exp.id))
@@ -277,10 +283,7 @@ def adopt_published(exp_id: str, results: Path) -> list[str]:
     """Take the runs published by an earlier session as done in this queue: every queued job
     of the experiment whose ``runs/<name>.json`` has the same spec digest becomes succeeded
     with that result (paths pointing into ``results/``). Returns the names taken."""
-    from synattn_jobs.settings import JobSettings
-    from synattn_jobs.store import JobStore
-
-    store = JobStore(JobSettings().database_url)
+    store = study_store()
     exp = store.experiment(exp_id)
     assert exp is not None
     out = (results / exp.name).resolve()
@@ -312,10 +315,7 @@ def put_first(exp_id: str, names: list[str]) -> None:
     what a session can finish); the rest keep their order. A run that a stopped driver handed
     back (already in the broker, to resume) still comes before them. A name that is not a
     waiting run of the experiment is refused with the reason."""
-    from synattn_jobs.settings import JobSettings
-    from synattn_jobs.store import JobStore
-
-    store = JobStore(JobSettings().database_url)
+    store = study_store()
     jobs = {j.name: j for j in store.jobs(experiment_id=exp_id)}
     unknown = [n for n in names if n not in jobs]
     if unknown:
@@ -388,10 +388,9 @@ def main() -> None:
         start_worker("train", {**env, **threads}, log=logs / f"repro-worker-{k}.log")
         for k in range(args.workers)
     ]
-    from synattn_jobs.settings import JobSettings
-    from synattn_jobs.store import TERMINAL, JobStore
+    from synattn_jobs.store import TERMINAL
 
-    store = JobStore(JobSettings().database_url)
+    store = study_store()
     started = time.time()
     ended = -1
     try:
