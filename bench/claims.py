@@ -136,6 +136,17 @@ def _threads(run: dict[str, Any]) -> str:
     return f"{used[0]}-{used[-1]} threads/run"
 
 
+def _isa(run: dict[str, Any]) -> str:
+    """The CPU vector ISA the finished runs recorded (``trained_with.cpu_isa``), with ", where
+    recorded" while some runs predate the record; "" when none recorded it."""
+    finished = [r for r in run.get("runs", []) if r.get("state") == "succeeded"]
+    isas = [(r.get("trained_with") or {}).get("cpu_isa") for r in finished]
+    known = sorted({i for i in isas if i})
+    if not known:
+        return ""
+    return ", " + "/".join(known) + (" where recorded" if None in isas else "")
+
+
 def cells(found: dict[str, Any] | None, seed_p: float | None, boot_p: float | None) -> list[str]:
     """The measured cells of one row: Δ, the table-adjusted p-values and the verdict on them,
     seeds, budget, hardware."""
@@ -149,7 +160,7 @@ def cells(found: dict[str, Any] | None, seed_p: float | None, boot_p: float | No
     protocol = row.get("protocol") or "average"
     budget = (f"{b['model']}; {b['max_updates']} updates × ≤{b['max_tokens']} padded "
               f"tokens; final model: {protocol}; `{report['name']}`")  # fmt: skip
-    hardware = f"{hw['device']} ({hw['cpu_count']} cores, {_threads(run)})"
+    hardware = f"{hw['device']} ({hw['cpu_count']} cores, {_threads(run)}{_isa(run)})"
     verdict = decide(diffs, seed_p, boot_p)
     return [
         _delta(row),

@@ -67,11 +67,20 @@ def hardware(threads: int, workers: int) -> dict[str, Any]:
         "device": gpu or "cpu",
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
+        "cpu_isa": cpu_isa(),
         "workers": workers,
         "threads_per_worker": threads,
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
+
+
+def cpu_isa() -> str:
+    """The widest vector instruction set torch's CPU kernels use here (``AVX2``, ``AVX512``,
+    ...): two machines that share a model name may differ in it, and a run's speed with them."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
 
 
 def git_commit() -> str:
@@ -138,10 +147,10 @@ def find_or_submit(grid: Path, env: dict[str, str]) -> str:
 
 
 def publish(
-    exp_id: str, results: Path, meta: dict[str, Any], trained_with: dict[str, int] | None = None
+    exp_id: str, results: Path, meta: dict[str, Any], trained_with: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Write the report, translations and ``run.json`` of the experiment's finished runs.
-    ``trained_with``: the driver's workers and threads, recorded with each run it finished
+    ``trained_with``: the driver's workers, threads and CPU ISA, recorded with each run it finished
     (a run's wall time depends on how many ran beside it); None when only publishing."""
     from synattn_jobs.report import comparison, write_html
     from synattn_shared.atomic import atomic_write_text
@@ -158,19 +167,20 @@ def publish(
     translations.mkdir(parents=True, exist_ok=True)
     for job in sorted(jobs, key=lambda j: j.name):
         res = job.result or {}
+        record = _ledger(out, job.name)
         if job.state == "succeeded" and res.get("hyp"):
             ref = translations / f"ref.{res.get('split', 'test')}.txt"
             if not ref.is_file():
                 shutil.copyfile(res["ref"], ref)
-            if not ledger_is_current(job, out):
-                write_ledger(job, out, trained_with)
+            if not ledger_is_current(job, record):
+                record = write_ledger(job, out, trained_with)
         wall = (job.finished_at - job.started_at) if job.finished_at and job.started_at else None
         wall = wall or res.get("wall_s")  # a record rebuilt without its timestamps keeps its wall
         runs.append({"name": job.name, "variant": job.variant, "seed": job.seed,
                      "state": job.state, "bleu": res.get("bleu"), "updates": res.get("update"),
                      "wall_s": round(wall, 1) if wall else None, "attempts": job.attempts,
                      "tokens_per_s": res.get("tokens_per_s"),
-                     "trained_with": _ledger(out, job.name).get("trained_with")})  # fmt: skip
+                     "trained_with": record.get("trained_with")})  # fmt: skip
     resolved = next((j.spec.get("resolved") for j in jobs if j.spec.get("resolved")), None)
     walls: list[float] = [float(r["wall_s"]) for r in runs if r["wall_s"]]
     starts = [j.started_at for j in jobs if j.started_at]
@@ -236,21 +246,23 @@ def _ledger(out: Path, name: str) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def ledger_is_current(job: Any, out: Path) -> bool:
-    """Whether ``runs/<run>.json`` already records this finish of this configuration, so that
-    publishing after each run rewrites only the runs that are new."""
-    record = _ledger(out, job.name)
+def ledger_is_current(job: Any, record: dict[str, Any]) -> bool:
+    """Whether the run's published record (``runs/<run>.json``, {} when none) already records
+    this finish of this configuration, so that publishing after each run rewrites only the runs
+    that are new."""
     if not record:
         return False
     published = (record.get("finished_at"), record.get("spec_digest"))
     return published == (job.finished_at, spec_digest(job.spec))
 
 
-def write_ledger(job: Any, out: Path, trained_with: dict[str, int] | None = None) -> None:
+def write_ledger(
+    job: Any, out: Path, trained_with: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Publish one finished run so that a later session can take it as done: its translations
     under every final-model selection, its metrics, and ``runs/<run>.json`` with the result
     (paths relative to ``out``), the spec's digest, the timing and, when known, how many runs
-    trained side by side with how many threads each (``trained_with``)."""
+    trained side by side with how many threads each (``trained_with``). Returns the record."""
     from synattn_shared.atomic import atomic_write_text
 
     res = json.loads(json.dumps(job.result))
@@ -277,6 +289,7 @@ def write_ledger(job: Any, out: Path, trained_with: dict[str, int] | None = None
         "trained_with": trained_with, "result": res,
     }  # fmt: skip
     atomic_write_text(runs / f"{job.name}.json", json.dumps(record, indent=1) + "\n")
+    return record
 
 
 def adopt_published(exp_id: str, results: Path) -> list[str]:
@@ -380,7 +393,7 @@ def main() -> None:
     from synattn_jobs.cli import start_worker
 
     exit_on_termination()
-    trained_with = {"workers": args.workers, "threads": args.threads}
+    trained_with = {"workers": args.workers, "threads": args.threads, "cpu_isa": cpu_isa()}
 
     threads = {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     logs = args.home / "jobs"

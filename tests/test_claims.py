@@ -147,3 +147,14 @@ def test_the_hardware_cell_counts_threads_from_each_run_s_record() -> None:
     assert mod._threads(run) == "1-2 threads/run"
     assert mod._threads({"hardware": hw, "runs": run["runs"][:1]}) == "1 thread/run"
     assert mod._threads({"hardware": hw, "runs": []}) == "2 threads/run"
+
+
+def test_the_hardware_cell_names_the_cpu_isa_the_runs_recorded() -> None:
+    mod = claims()
+    avx2 = {"state": "succeeded", "trained_with": {"threads": 1, "cpu_isa": "AVX2"}}
+    older = {"state": "succeeded", "trained_with": {"threads": 1}}
+    avx512 = {"state": "succeeded", "trained_with": {"threads": 1, "cpu_isa": "AVX512"}}
+    assert mod._isa({"runs": [avx2]}) == ", AVX2"
+    assert mod._isa({"runs": [avx2, older]}) == ", AVX2 where recorded"
+    assert mod._isa({"runs": [avx512, avx2]}) == ", AVX2/AVX512"
+    assert mod._isa({"runs": [older, {"state": "queued"}]}) == ""

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -162,6 +163,15 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
     written = (ledger.stat().st_mtime_ns, ledger.read_text())
     repro.publish(exp2, results, {"command": "x"}, {"workers": 1, "threads": 1})  # type: ignore[attr-defined]
     assert (ledger.stat().st_mtime_ns, ledger.read_text()) == written
+
+
+def test_the_driver_records_the_cpu_isa_its_runs_trained_with() -> None:
+    import torch
+
+    repro: Any = _load_reproduce()
+    isa = repro.cpu_isa()
+    assert isa == torch.backends.cpu.get_cpu_capability() and isa.isupper()
+    assert repro.hardware(1, 2)["cpu_isa"] == isa
 
 
 def test_published_run_ledgers_are_not_git_ignored() -> None:
