@@ -124,12 +124,17 @@ def measured(
     return None
 
 
+def _trained_with(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each finished run's ``trained_with`` record ({} for runs published before it was)."""
+    runs = run.get("runs", [])
+    return [r.get("trained_with") or {} for r in runs if r.get("state") == "succeeded"]
+
+
 def _threads(run: dict[str, Any]) -> str:
     """Torch threads per run, from each finished run's own record (``trained_with``; the
     latest driver's setting for runs published before it was recorded)."""
     default = run["hardware"]["threads_per_worker"]
-    finished = [r for r in run.get("runs", []) if r.get("state") == "succeeded"]
-    used = sorted({(r.get("trained_with") or {}).get("threads", default) for r in finished})
+    used = sorted({t.get("threads", default) for t in _trained_with(run)})
     used = used or [default]
     if len(used) == 1:
         return f"{used[0]} thread{'s' if used[0] != 1 else ''}/run"
@@ -139,8 +144,7 @@ def _threads(run: dict[str, Any]) -> str:
 def _isa(run: dict[str, Any]) -> str:
     """The CPU vector ISA the finished runs recorded (``trained_with.cpu_isa``), with ", where
     recorded" while some runs predate the record; "" when none recorded it."""
-    finished = [r for r in run.get("runs", []) if r.get("state") == "succeeded"]
-    isas = [(r.get("trained_with") or {}).get("cpu_isa") for r in finished]
+    isas = [t.get("cpu_isa") for t in _trained_with(run)]
     known = sorted({i for i in isas if i})
     if not known:
         return ""
