@@ -6,6 +6,7 @@ import contextlib
 import functools
 import operator
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -259,19 +260,22 @@ def test_the_model_process_exits_when_the_server_is_killed() -> None:
 
 def test_a_killed_model_process_is_a_503_and_the_workers_are_replaced() -> None:
     """SIGKILL of one model process under load: its requests get 503 (never 500, never a hang),
-    both processes are replaced once, and parsing goes on."""
+    both processes are replaced once, and parsing goes on.
+
+    The requests queued behind the kill wait for the replacements to load spaCy: seconds here,
+    over 30 s on a slow CI machine, hence the bound of 180 s (still a bound: a hang fails)."""
     with api_server({"PARSER_MODEL_WORKERS": "2"}) as (proc, url):
         old = model_processes(proc)
         assert len(old) == 2
 
         def post(k: int) -> httpx.Response:
             body = {"sentences": [f"The cat {k} sat on the mat ."] * 8}
-            return httpx.post(f"{url}/v1/parse", json=body, timeout=30)
+            return httpx.post(f"{url}/v1/parse", json=body, timeout=180)
 
         with ThreadPoolExecutor(8) as clients:
-            during = [clients.submit(post, k) for k in range(400)]
+            during = [clients.submit(post, k) for k in range(160)]
             while sum(f.done() for f in during) < 20:
-                pass
+                time.sleep(0.01)  # not a busy loop: it would take a core from the server
             old[0].kill()
             statuses = [f.result().status_code for f in during]
         failed = [f.result() for f in during if f.result().status_code != 200]

@@ -60,3 +60,19 @@ def test_trains_on_cuda_in_bf16(data: dict[str, Path], tmp_path: Path, attention
     assert all(p.device.type == "cuda" for p in trainer.model.parameters())
     hyps = trainer.translate(trainer.valid_data, limit=8)
     assert len(hyps) == 8
+
+
+def test_the_head_analyses_run_on_a_cuda_model(data: dict[str, Path], tmp_path: Path) -> None:
+    """Importance, confidence and gated SLR's dev gates take the model's device (they were
+    handed CPU batches: the first GPU run failed in the gates' end-of-training log)."""
+    from synattn_trainer.analysis import confidence, dev_gates, importance
+
+    attention = {"enc_self": [{"name": "slr", "options": {"mode": "gated"}}]}
+    cfg = tiny_config(data, attention=attention, train={"max_updates": 2, "average_last": 1})
+    trainer = Trainer(cfg, tmp_path / "run", device=torch.device("cuda"), progress=False)
+    corpus = trainer.valid_data
+    heads = trainer.model.num_heads
+    for scores in (importance(trainer.model, corpus), confidence(trainer.model, corpus)):
+        assert scores.shape == (heads,) and all(math.isfinite(float(x)) for x in scores)
+    gates = dev_gates(trainer.model, corpus)
+    assert gates and all(0.0 <= v <= 1.0 for k, v in gates.items() if ".gate.h" in k)

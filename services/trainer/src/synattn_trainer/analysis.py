@@ -23,11 +23,14 @@ from synattn_trainer.train import load_model
 
 
 def _batches(model: Transformer, corpus: Corpus, max_tokens: int = 2048):  # type: ignore[no-untyped-def]
+    """``corpus`` in batches on the model's device (a CUDA model was handed CPU batches until
+    the first GPU run: the end-of-training gate log of gated SLR failed there)."""
     requests = model.feature_requests()
+    device = next(model.parameters()).device
     for index in token_batches(
         [len(s) for s in corpus.src], [len(t) - 1 for t in corpus.tgt], max_tokens, 0, -1
     ):
-        yield make_batch(corpus, index, requests)
+        yield make_batch(corpus, index, requests).to(device)
 
 
 @torch.no_grad()
