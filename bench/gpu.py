@@ -14,6 +14,10 @@ same autocast), divided by their target tokens, times the measured tokens/s, ove
 dense bf16 peak (a table of known devices; ``--peak-tflops`` for others). Goals (issue 27):
 vanilla MFU >= 35%, bias and mask variants >= 0.9x vanilla.
 
+``--loader-workers 0 8`` times every preset with its batches built inline and built ahead in 8
+processes (``synattn_trainer.prefetch``), side by side: the first H200 run showed the syntax
+variants starved by batch building on the CPU. The vanilla figures are for the faster setting.
+
 A preset that fails on the device is reported with its error, not skipped in silence. The
 figures go to ``results/gpu/<device>.json`` (``--out``) and to stdout.
 
@@ -33,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,52 +130,67 @@ def run(
     repeats: int,
     max_tokens: int,
     peak: float | None,
+    loader_workers: Sequence[int] = (0,),
 ) -> dict[str, Any]:
-    """Time every preset (interleaved repeats) and count vanilla's FLOPs; the report as a dict."""
+    """Time every preset at every ``loader_workers`` setting (0: batches built inline; N:
+    built ahead in N processes), repeats interleaved, and count vanilla's FLOPs; the report as
+    a dict. Each row's ``x_vanilla`` is against vanilla at the same setting, ``x_inline``
+    against the same preset built inline (when 0 is among the settings)."""
     names = ["vanilla", *[n for n in names if n != "vanilla"]]
+    settings = list(dict.fromkeys(loader_workers)) or [0]
     configs = {n: TrainConfig.model_validate(merge(base, VARIANTS[n])) for n in names}
-    rates: dict[str, list[float]] = {n: [] for n in names}
-    memory: dict[str, int] = {}
-    errors: dict[str, str] = {}
+    keys = [(n, w) for w in settings for n in names]
+    rates: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
+    memory: dict[tuple[str, int], int] = {}
+    errors: dict[tuple[str, int], str] = {}
     for _ in range(repeats):
-        for name in names:
-            if name in errors:
+        for key in keys:
+            if key in errors:
                 continue
+            name, workers = key
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             try:
-                rate = bench_variants.measure(configs[name], warmup, updates, max_tokens, device)
+                rate = bench_variants.measure(
+                    configs[name], warmup, updates, max_tokens, device, loader_workers=workers
+                )
             except Exception as exc:  # a preset that breaks on this device is a finding
-                errors[name] = f"{type(exc).__name__}: {exc}"
+                errors[key] = f"{type(exc).__name__}: {exc}"
                 traceback.print_exc()
                 continue
-            rates[name].append(rate)
+            rates[key].append(rate)
             if device.type == "cuda":
-                memory[name] = max(memory.get(name, 0), torch.cuda.max_memory_allocated(device))
-    if "vanilla" in errors:
-        raise SystemExit(f"vanilla failed on {device}: {errors['vanilla']}")
+                memory[key] = max(memory.get(key, 0), torch.cuda.max_memory_allocated(device))
+    for w in settings:
+        if ("vanilla", w) in errors:
+            raise SystemExit(f"vanilla failed on {device}: {errors[('vanilla', w)]}")
     fpt = flops_per_token(configs["vanilla"], updates, max_tokens, device)
-    vanilla = statistics.median(rates["vanilla"])
+    vanilla = {w: statistics.median(rates[("vanilla", w)]) for w in settings}
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as out:
         params = count_parameters(
             Trainer(configs["vanilla"], out, device=device, progress=False).model
         )
     rows = []
-    for name in names:
-        row: dict[str, Any] = {"variant": name, "kind": KIND.get(name, "explicit attention")}
+    for name, workers in keys:
+        row: dict[str, Any] = {"variant": name, "loader_workers": workers,
+                               "kind": KIND.get(name, "explicit attention")}  # fmt: skip
         if name == "vanilla":
             row["kind"] = "fused SDPA"
-        if name in errors:
-            row["error"] = errors[name]
+        if (name, workers) in errors:
+            row["error"] = errors[(name, workers)]
         else:
-            med = statistics.median(rates[name])
-            row |= {"tokens_per_s": med, "repeats": rates[name], "x_vanilla": med / vanilla}
+            med = statistics.median(rates[(name, workers)])
+            row |= {"tokens_per_s": med, "repeats": rates[(name, workers)],
+                    "x_vanilla": med / vanilla[workers]}  # fmt: skip
+            if workers and rates.get((name, 0)):
+                row["x_inline"] = med / statistics.median(rates[(name, 0)])
             if row["kind"] in ("bias", "mask"):
-                row["meets_goal"] = med / vanilla >= RATIO_GOAL
-        if name in memory:
-            row["peak_memory_gib"] = memory[name] / 2**30
+                row["meets_goal"] = med / vanilla[workers] >= RATIO_GOAL
+        if (name, workers) in memory:
+            row["peak_memory_gib"] = memory[(name, workers)] / 2**30
         rows.append(row)
-    van_mfu = mfu(vanilla, fpt, peak)
+    best = max(settings, key=lambda w: vanilla[w])
+    van_mfu = mfu(vanilla[best], fpt, peak)
     return {
         "device": device_label(device),
         "torch": torch.__version__,
@@ -183,11 +203,16 @@ def run(
         "warmup_updates": warmup,
         "timed_updates": updates,
         "repeats": repeats,
+        "loader_workers": settings,
         "flops_per_target_token": fpt,
         "peak_bf16_tflops": peak,
-        "vanilla_tokens_per_s": vanilla,
-        "vanilla_tflops": vanilla * fpt / 1e12,
+        "vanilla_loader_workers": best,  # the setting the vanilla figures below are for
+        "vanilla_tokens_per_s": vanilla[best],
+        "vanilla_tflops": vanilla[best] * fpt / 1e12,
         "vanilla_mfu": van_mfu,
+        "vanilla_by_loader_workers": {
+            str(w): {"tokens_per_s": v, "mfu": mfu(v, fpt, peak)} for w, v in vanilla.items()
+        },
         "goals": {"vanilla_mfu": MFU_GOAL, "bias_mask_x_vanilla": RATIO_GOAL},
         "vanilla_meets_mfu_goal": None if van_mfu is None else van_mfu >= MFU_GOAL,
         "variants": rows,
@@ -202,21 +227,26 @@ def render(report: dict[str, Any]) -> str:
         f"{report['precision']}, compile={report['compile']}; shape {report['shape']}, "
         f"{report['parameters']:,} parameters; ~{report['max_tokens']} target tokens per "
         f"update, {report['timed_updates']} timed updates, median of {report['repeats']}",
-        f"vanilla: {report['vanilla_tokens_per_s']:,.0f} target tokens/s, "
+        f"vanilla (loader {report.get('vanilla_loader_workers', 0)}): "
+        f"{report['vanilla_tokens_per_s']:,.0f} target tokens/s, "
         f"{report['flops_per_target_token'] / 1e6:.1f} MFLOP per target token, "
         f"{report['vanilla_tflops']:.1f} TFLOP/s"
         + (f", MFU {m:.1%} of {report['peak_bf16_tflops']} TFLOP/s" if m is not None else ""),
     ]
     width = max(12, *(len(r["variant"]) for r in report["variants"]))
-    lines.append(f"{'variant':<{width}} {'tokens/s':>10} {'x vanilla':>9} {'GiB':>6}  kind")
+    lines.append(
+        f"{'variant':<{width}} {'loader':>6} {'tokens/s':>10} {'x vanilla':>9} "
+        f"{'x inline':>8} {'GiB':>6}  kind"
+    )
     for r in report["variants"]:
+        head = f"{r['variant']:<{width}} {r.get('loader_workers', 0):>6}"
         gib = f"{r['peak_memory_gib']:6.1f}" if "peak_memory_gib" in r else f"{'-':>6}"
         if "error" in r:
-            lines.append(f"{r['variant']:<{width}} {'failed':>10} {'-':>9} {gib}  {r['error']}")
+            lines.append(f"{head} {'failed':>10} {'-':>9} {'-':>8} {gib}  {r['error']}")
             continue
+        inline = f"{r['x_inline']:8.2f}" if "x_inline" in r else f"{'-':>8}"
         lines.append(
-            f"{r['variant']:<{width}} {r['tokens_per_s']:10,.0f} {r['x_vanilla']:9.2f} {gib}  "
-            f"{r['kind']}"
+            f"{head} {r['tokens_per_s']:10,.0f} {r['x_vanilla']:9.2f} {inline} {gib}  {r['kind']}"
         )
     return "\n".join(lines)
 
@@ -234,6 +264,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--pairs", type=int, default=29000, help="Multi30k training pairs to parse")
     ap.add_argument("--compile", action="store_true", help="torch.compile the training forward")
+    ap.add_argument(
+        "--loader-workers", type=int, nargs="+", default=[0], metavar="N",
+        help="processes building batches ahead (0: inline); several values are timed side by "
+        "side, e.g. 0 8",
+    )  # fmt: skip
     ap.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak")
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument(
@@ -267,7 +302,8 @@ def main() -> None:
         peak_tflops(device_label(device)) if device.type == "cuda" else None
     )
     report = run(base, args.variants, device, warmup=args.warmup, updates=args.updates,
-                 repeats=args.repeats, max_tokens=args.max_tokens, peak=peak)  # fmt: skip
+                 repeats=args.repeats, max_tokens=args.max_tokens, peak=peak,
+                 loader_workers=args.loader_workers)  # fmt: skip
     report["command"] = "python bench/gpu.py " + " ".join(sys.argv[1:])
     print(render(report))
     out = args.out or REPO / "results" / "gpu" / f"{slug(report['device'])}.json"

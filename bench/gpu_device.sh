@@ -10,6 +10,8 @@
 #   quick    bench/gpu.py for vanilla and three bias/mask presets ($OUT/gpu-quick.json)
 #   bench    bench/gpu.py for every preset ($OUT/gpu.json; about 5 minutes on an H100)
 #   compile  bench/gpu.py --compile for vanilla and the same three ($OUT/gpu-compile.json)
+#   prefetch bench/gpu.py for vanilla and the same three with batches built inline and 8 ahead
+#            ($OUT/gpu-prefetch.json: the x_inline column)
 # BENCH_ARGS adds arguments to every bench/gpu.py call (e.g. "--max-tokens 8192").
 # Copy what comes back to results/gpu/ (the JSON names its device) and commit it.
 set -u -o pipefail
@@ -46,7 +48,10 @@ for s in "$@"; do
     compile)
         stage compile python3 bench/gpu.py --shards $KIT --compile --variants vanilla \
             "${BIAS_MASK[@]}" --out "$OUT/gpu-compile.json" ${BENCH_ARGS:-} ;;
-    *) echo "gpu_device.sh: unknown stage $s (tests, quick, bench, compile)"; exit 2 ;;
+    prefetch)
+        stage prefetch python3 bench/gpu.py --shards $KIT --variants vanilla "${BIAS_MASK[@]}" \
+            --loader-workers 0 8 --out "$OUT/gpu-prefetch.json" ${BENCH_ARGS:-} ;;
+    *) echo "gpu_device.sh: unknown stage $s (tests, quick, bench, compile, prefetch)"; exit 2 ;;
     esac
 done
 exit $status

@@ -12,9 +12,11 @@ tokens/s, the median over repeats, and the ratio to vanilla (goal for bias/mask 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -22,7 +24,8 @@ import torch
 from synattn_shared.datasets import link_multi30k
 from synattn_shared.shards import ShardDataset
 from synattn_trainer.config import TrainConfig
-from synattn_trainer.data import token_batches
+from synattn_trainer.data import Batch, token_batches
+from synattn_trainer.prefetch import BatchPrefetcher
 from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.tokenizer import train_tokenizer
 from synattn_trainer.train import Trainer
@@ -84,22 +87,31 @@ def measure(
     updates: int,
     max_tokens: int,
     device: torch.device | None = None,
+    loader_workers: int = 0,
 ) -> float:
     """Target tokens/s of ``Trainer.step`` (what training runs: batch building, HeadMask gates,
-    forward, backward, clipping, Adam, schedule) over the same batches for every variant."""
+    forward, backward, clipping, Adam, schedule) over the same batches for every variant;
+    ``loader_workers`` > 0 builds the batches ahead in that many processes, as training does
+    with ``Trainer(loader_workers=...)``."""
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory(prefix="bench-variants-") as out:
         trainer = Trainer(cfg, out, device=device, progress=False)
-        tokens = 0
-        start = 0.0
-        for step, index in enumerate(timed_batches(trainer, max_tokens, warmup + updates)):
-            if step == warmup:
-                _sync(trainer.device)
-                start = time.perf_counter()
-                tokens = 0
-            tokens += trainer.step([index]).tokens
-        _sync(trainer.device)
-        return tokens / (time.perf_counter() - start)
+        groups = timed_batches(trainer, max_tokens, warmup + updates)
+        with contextlib.ExitStack() as stack:
+            items: Iterable[list[int] | Batch] = groups
+            if loader_workers:
+                prefetcher = BatchPrefetcher(trainer.train_data, trainer.requests, loader_workers)
+                items = stack.enter_context(prefetcher).batches(groups)
+            tokens = 0
+            start = 0.0
+            for step, item in enumerate(items):
+                if step == warmup:
+                    _sync(trainer.device)
+                    start = time.perf_counter()
+                    tokens = 0
+                tokens += trainer.step([item]).tokens
+            _sync(trainer.device)
+            return tokens / (time.perf_counter() - start)
 
 
 def main() -> None:

@@ -76,3 +76,16 @@ def test_the_head_analyses_run_on_a_cuda_model(data: dict[str, Path], tmp_path: 
         assert scores.shape == (heads,) and all(math.isfinite(float(x)) for x in scores)
     gates = dev_gates(trainer.model, corpus)
     assert gates and all(0.0 <= v <= 1.0 for k, v in gates.items() if ".gate.h" in k)
+
+
+def test_batches_built_ahead_feed_a_cuda_model(data: dict[str, Path], tmp_path: Path) -> None:
+    """``loader_workers``: the prefetch processes fork from a process that holds a CUDA context
+    (they never touch CUDA) and the run trains as it does inline."""
+    attention = {"enc_self": [{"name": "dea", "layers": [0]}]}
+    cfg = tiny_config(data, attention=attention, train={"max_updates": 20, "average_last": 1})
+    trainer = Trainer(
+        cfg, tmp_path / "run", device=torch.device("cuda"), progress=False, loader_workers=2
+    )
+    start = trainer.validate()["valid_loss"]
+    assert trainer.train().update == 20
+    assert trainer.validate()["valid_loss"] < start

@@ -53,9 +53,18 @@ def test_a_run_times_every_preset_and_counts_vanillas_flops(
         "train": {"precision": "auto", "compile": False},
     }  # fmt: skip
     report = gpu.run(base, ["lpea", "vanilla"], torch.device("cpu"), warmup=1, updates=2,
-                     repeats=1, max_tokens=512, peak=1.0)  # fmt: skip
-    rows = {r["variant"]: r for r in report["variants"]}
-    assert list(rows) == ["vanilla", "lpea"]
+                     repeats=1, max_tokens=512, peak=1.0, loader_workers=[0, 1])  # fmt: skip
+    ahead = {r["variant"]: r for r in report["variants"] if r["loader_workers"] == 1}
+    rows = {r["variant"]: r for r in report["variants"] if r["loader_workers"] == 0}
+    assert list(rows) == list(ahead) == ["vanilla", "lpea"]
+    assert report["loader_workers"] == [0, 1]
+    assert ahead["lpea"]["x_inline"] > 0 and "x_inline" not in rows["lpea"]
+    assert set(report["vanilla_by_loader_workers"]) == {"0", "1"}
+    best = report["vanilla_loader_workers"]
+    assert report["vanilla_tokens_per_s"] == max(
+        v["tokens_per_s"] for v in report["vanilla_by_loader_workers"].values()
+    )
+    rows = {r["variant"]: r for r in report["variants"] if r["loader_workers"] == best}
     assert rows["vanilla"]["x_vanilla"] == 1.0 and rows["vanilla"]["tokens_per_s"] > 0
     assert rows["lpea"]["kind"] == "bias" and isinstance(rows["lpea"]["meets_goal"], bool)
     # the counter sees the model's matmuls: at least the tied output projection's forward and

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from synattn_jobs.settings import get_settings
 from synattn_jobs.specs import ParseJobSpec, StoredTrainSpec, TrainJobSpec
 
 Progress = Callable[[dict[str, Any]], None]
@@ -50,7 +51,7 @@ def run_train(
         cfg = TrainConfig.model_validate(spec.resolved)  # what was checked at submit
     else:
         cfg = load_config(spec.config, spec.overrides)
-    trainer = Trainer(cfg, out_dir, progress=False)
+    trainer = Trainer(cfg, out_dir, progress=False, loader_workers=get_settings().loader_workers)
     progress({"phase": "train", "max_updates": cfg.train.max_updates})
 
     def on_update(rec: dict[str, Any]) -> None:

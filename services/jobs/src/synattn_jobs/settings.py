@@ -39,6 +39,13 @@ class JobSettings(BaseSettings, ServeTimeouts):
         7 * 24 * 3600, description="Redis redelivery of unacked tasks: longer than any run"
     )
     max_retries: int = Field(5, ge=0, description="retries of transient errors, with backoff")
+    loader_workers: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="processes a trainer uses to build batches ahead of the device (GPU "
+        "workers: a few; the batches, hence the results, are the same as with 0, inline)",
+    )
     store_outage_s: float = Field(
         300.0,
         gt=0,

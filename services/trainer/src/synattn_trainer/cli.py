@@ -47,6 +47,14 @@ def train(
         list[str] | None, typer.Option("--set", help="override: key.path=value")
     ] = None,
     limit: Annotated[int | None, typer.Option(help="use only the first N training pairs")] = None,
+    loader_workers: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=64,
+            help="processes that build batches ahead (GPU runs; same batches, 0: inline)",
+        ),
+    ] = 0,
 ) -> None:
     """Train (or resume) a model; checkpoints, metrics.jsonl and TensorBoard logs go to --out."""
     import yaml
@@ -68,7 +76,7 @@ def train(
     except (ValidationError, ValueError) as exc:
         raise fail(f"{config}: {str(exc).splitlines()[0]} ({exc})".replace("\n", " ")) from None
     try:
-        trainer = Trainer(cfg, out, limit=limit)
+        trainer = Trainer(cfg, out, limit=limit, loader_workers=loader_workers)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     result = trainer.train()

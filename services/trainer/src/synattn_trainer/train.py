@@ -12,7 +12,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -36,6 +36,7 @@ from synattn_trainer.data import (
 )
 from synattn_trainer.dropout import use_fast as use_fast_dropout
 from synattn_trainer.model import Transformer, count_parameters
+from synattn_trainer.prefetch import BatchPrefetcher
 from synattn_trainer.tokenizer import PAD_ID, load_tokenizer
 
 FINAL_NAMES = {"average": "averaged.pt", "best_valid": "best.pt"}  # model-only final files
@@ -203,8 +204,16 @@ class Trainer:
         device: torch.device | None = None,
         progress: bool = True,
         limit: int | None = None,
+        loader_workers: int = 0,
     ) -> None:
+        """``loader_workers``: processes that build training batches ahead of the update that
+        needs them (``prefetch``; 0 builds them inline). The batches are the same either way:
+        it is a setting of the machine, not of the run, and stays out of ``cfg``."""
+        if loader_workers < 0:
+            raise ValueError(f"loader_workers must be 0 or more, not {loader_workers}")
         self.cfg = cfg
+        self.loader_workers = loader_workers
+        self._prefetcher: BatchPrefetcher | None = None
         self.out = Path(out_dir)
         self.ckpt_dir = self.out / "checkpoints"
         init_distributed()
@@ -385,17 +394,24 @@ class Trainer:
         bar = self._progress_bar()
         # a finished run, resumed: no more steps
         stop: Stop | None = Stop.MAX_UPDATES if self.update >= cfg.train.max_updates else None
-        while stop is None and self.epoch < cfg.train.max_epochs:
-            stop = self._run_epoch(clock, bar, stop_after_updates, should_stop, on_update)
-            if stop in (Stop.INTERRUPTED, Stop.CANCELLED):
-                self.save(scheduled=False)
-                break
-            if stop is None:  # the epoch ran to its end
-                self.epoch += 1
-                self.position = 0
-            self._end_of_epoch(final=stop is not None)
-            if stop is None and cfg.train.patience and self.bad_epochs >= cfg.train.patience:
-                stop = Stop.PATIENCE
+        if stop is None and self.loader_workers:
+            self._prefetcher = BatchPrefetcher(self.train_data, self.requests, self.loader_workers)
+        try:
+            while stop is None and self.epoch < cfg.train.max_epochs:
+                stop = self._run_epoch(clock, bar, stop_after_updates, should_stop, on_update)
+                if stop in (Stop.INTERRUPTED, Stop.CANCELLED):
+                    self.save(scheduled=False)
+                    break
+                if stop is None:  # the epoch ran to its end
+                    self.epoch += 1
+                    self.position = 0
+                self._end_of_epoch(final=stop is not None)
+                if stop is None and cfg.train.patience and self.bad_epochs >= cfg.train.patience:
+                    stop = Stop.PATIENCE
+        finally:
+            if self._prefetcher is not None:
+                self._prefetcher.close()
+                self._prefetcher = None
         stop = stop or Stop.MAX_EPOCHS
         if bar is not None:
             bar.close()
@@ -444,14 +460,18 @@ class Trainer:
             self.position, self.rank, self.world,
         )  # fmt: skip
         self.model.train()
-        pending: list[list[int]] = []
-        for index in it:
-            pending.append(index)
+        start = it.position
+        items: Iterable[list[int] | Batch] = (
+            it if self._prefetcher is None else self._prefetcher.batches(it.batches[start:])
+        )
+        pending: list[list[int] | Batch] = []
+        for consumed, item in enumerate(items, start + 1):
+            pending.append(item)
             if len(pending) < cfg.optim.accumulate:
                 continue
             stats = self.step(pending)
             pending = []
-            self.position = it.position
+            self.position = consumed
             clock.tokens += stats.tokens
             if bar is not None:
                 bar.update(1)
@@ -468,13 +488,18 @@ class Trainer:
                 return Stop.CANCELLED
         return None
 
-    def step(self, group: list[list[int]]) -> StepStats:
-        """One update from ``accumulate`` batches of training-row indices: forward and backward
-        of each (HeadMask gates, mixed precision), clipping, the optimiser and the schedule.
-        Benchmarks call this too, so they time exactly what training does."""
+    def step(self, group: Sequence[list[int] | Batch]) -> StepStats:
+        """One update from ``accumulate`` batches (training-row indices, or their batches built
+        ahead): forward and backward of each (HeadMask gates, mixed precision), clipping, the
+        optimiser and the schedule. Benchmarks call this too, so they time what training does."""
         cfg = self.cfg
         self.model.state.update(update=self.update, epoch=self.epoch)
-        batches = [make_batch(self.train_data, b, self.requests).to(self.device) for b in group]
+        batches = [
+            (b if isinstance(b, Batch) else make_batch(self.train_data, b, self.requests)).to(
+                self.device
+            )
+            for b in group
+        ]
         global_tokens = global_sum(sum(b.ntokens for b in batches), self.device)
         loss_sum = nll_sum = 0.0
         for micro, b in enumerate(batches):
