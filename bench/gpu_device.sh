@@ -12,6 +12,8 @@
 #   compile  bench/gpu.py --compile for vanilla and the same three ($OUT/gpu-compile.json)
 #   prefetch bench/gpu.py for vanilla and the same three with batches built inline and 8 ahead
 #            ($OUT/gpu-prefetch.json: the x_inline column)
+#   profile  bench/gpu_profile.py: where a vanilla and a dea update's time goes, batches
+#            built inline and 8 ahead ($OUT/gpu-profile-0.json, gpu-profile-8.json)
 # BENCH_ARGS adds arguments to every bench/gpu.py call (e.g. "--max-tokens 8192").
 # Copy what comes back to results/gpu/ (the JSON names its device) and commit it.
 set -u -o pipefail
@@ -51,7 +53,13 @@ for s in "$@"; do
     prefetch)
         stage prefetch python3 bench/gpu.py --shards $KIT --variants vanilla "${BIAS_MASK[@]}" \
             --loader-workers 0 8 --out "$OUT/gpu-prefetch.json" ${BENCH_ARGS:-} ;;
-    *) echo "gpu_device.sh: unknown stage $s (tests, quick, bench, compile, prefetch)"; exit 2 ;;
+    profile)
+        for w in 0 8; do
+            stage profile-$w python3 bench/gpu_profile.py --shards $KIT --variants vanilla dea \
+                --loader-workers $w --out "$OUT/gpu-profile-$w.json"
+        done ;;
+    *) echo "gpu_device.sh: unknown stage $s (tests, quick, bench, compile, prefetch, profile)"
+       exit 2 ;;
     esac
 done
 exit $status

@@ -122,3 +122,29 @@ def test_shards_that_are_not_a_parsed_folder_are_refused_in_one_line(tmp_path: P
     assert proc.stderr.strip().splitlines()[-1] == (
         f"--shards {tmp_path}: no train/ and tokenizer.json (make data)"
     )
+
+
+def test_the_profile_script_reports_an_updates_time_and_its_costliest_operators(
+    m30k: dict[str, Path],
+) -> None:
+    """bench/gpu_profile.py on the CPU (no device time to report there), batches built ahead."""
+    import torch
+
+    from synattn_trainer.config import TrainConfig
+    from synattn_trainer.presets import VARIANTS, merge
+
+    prof = bench_script("gpu_profile")
+    base = {
+        "data": {"train": str(m30k["train"]), "valid": str(m30k["valid"]),
+                 "tokenizer": str(m30k["tokenizer"])},
+        "model": {"enc_layers": 1, "dec_layers": 1, "d_model": 32, "d_ff": 64, "heads": 4},
+        "optim": {"lr": 1e-4, "warmup": 100},
+    }  # fmt: skip
+    cfg = TrainConfig.model_validate(merge(base, VARIANTS["dea"]))
+    report = prof.profile_updates(cfg, torch.device("cpu"), warmup=1, updates=2,
+                                  max_tokens=256, loader_workers=1, top=5)  # fmt: skip
+    assert report["updates"] == 2 and report["target_tokens"] > 0
+    assert report["wall_ms_per_update"] > 0 and report["device_busy_share"] is None
+    assert len(report["by_host_time"]) == 5 and report["by_device_time"] == []
+    assert report["by_host_time"][0]["self_host_ms"] >= report["by_host_time"][-1]["self_host_ms"]
+    assert "dea (loader 1)" in prof.render("dea", report)
