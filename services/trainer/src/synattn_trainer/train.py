@@ -123,8 +123,10 @@ def global_sum(x: float, device: torch.device) -> float:
 
 def update_loss(
     model: nn.Module, batch: Batch, smoothing: float, global_tokens: float
-) -> tuple[Tensor, float, float]:
-    """This rank's share of the update loss: summed loss / global target tokens x world size.
+) -> tuple[Tensor, Tensor, Tensor]:
+    """This rank's share of the update loss: summed loss / global target tokens x world size,
+    with the summed label-smoothed loss and NLL (detached, on the device: read after the update,
+    so that the host never waits for the forward before it queues the backward).
 
     DDP averages gradients over ranks, so multiplying by the world size makes the update the
     gradient of (total loss / total tokens), exactly what one process would compute.
@@ -138,7 +140,7 @@ def update_loss(
     total = loss
     if aux is not None:
         total = total + aux  # summed over tokens, like ``loss``
-    return total * n / global_tokens, float(loss.detach()), float(nll.detach())
+    return total * n / global_tokens, loss.detach(), nll.detach()
 
 
 class Stop(StrEnum):
@@ -367,7 +369,7 @@ class Trainer:
                     self._tb.add_scalar(f"{record.get('event', 'x')}/{k}", v, self.update)
 
     # ---------------------------------------------------------------- loop
-    def _forward_backward(self, batch: Batch, global_tokens: float) -> tuple[float, float]:
+    def _forward_backward(self, batch: Batch, global_tokens: float) -> tuple[Tensor, Tensor]:
         ctx = (
             torch.autocast(self.device.type, dtype=self.autocast_dtype)
             if self.autocast_dtype is not None
@@ -494,29 +496,32 @@ class Trainer:
         optimiser and the schedule. Benchmarks call this too, so they time what training does."""
         cfg = self.cfg
         self.model.state.update(update=self.update, epoch=self.epoch)
-        batches = [
-            (b if isinstance(b, Batch) else make_batch(self.train_data, b, self.requests)).to(
-                self.device
-            )
+        built = [
+            b if isinstance(b, Batch) else make_batch(self.train_data, b, self.requests)
             for b in group
         ]
-        global_tokens = global_sum(sum(b.ntokens for b in batches), self.device)
-        loss_sum = nll_sum = 0.0
+        tokens = sum(b.ntokens for b in built)  # counted on the host: no device sync
+        global_tokens = global_sum(tokens, self.device)
+        batches = [b.to(self.device) for b in built]
+        sums: list[Tensor] = []  # each micro-batch's loss and NLL, read once the update is queued
         for micro, b in enumerate(batches):
             self.model.set_head_gates(self._headmask_gates(b, micro))
             try:
-                raw, nll = self._forward_backward(b, global_tokens)
+                sums.extend(self._forward_backward(b, global_tokens))
             finally:
                 self.model.set_head_gates(None)
-            loss_sum += raw
-            nll_sum += nll
         if cfg.optim.clip_norm > 0:
             nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)
         self.optim.step()
         self.sched.step()
         self.optim.zero_grad(set_to_none=True)
         self.update += 1
-        return StepStats(loss_sum, nll_sum, sum(b.ntokens for b in batches))
+        values = torch.stack(sums).tolist()  # one sync per update; summed as before, in doubles
+        loss_sum = nll_sum = 0.0
+        for raw, nll in zip(values[::2], values[1::2], strict=True):
+            loss_sum += raw
+            nll_sum += nll
+        return StepStats(loss_sum, nll_sum, tokens)
 
     def _log_update(
         self,
