@@ -59,18 +59,8 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=7)
     ap.add_argument("--shape", choices=sorted(gpu.SHAPES), default="base")
     args = ap.parse_args()
-    unknown = set(args.variants) - set(VARIANTS)
-    if unknown:
-        raise SystemExit(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
-    if not (args.shards / "train").is_dir() or not (args.shards / "tokenizer.json").is_file():
-        raise SystemExit(f"--shards {args.shards}: no train/ and tokenizer.json (make data)")
+    base = gpu.shards_base(args.variants, args.shards, args.shape)
     torch.set_num_threads(1)
-    base = {
-        "data": {"train": str(args.shards / "train"), "valid": str(args.shards / "valid"),
-                 "max_len": 128, "tokenizer": str(args.shards / "tokenizer.json")},
-        "model": gpu.SHAPES[args.shape],
-        "optim": {"lr": 1e-4, "warmup": 4000},
-    }  # fmt: skip
     names = ["vanilla", *[n for n in args.variants if n != "vanilla"]]
     results = {}
     for name in names:

@@ -78,6 +78,24 @@ RATIO_GOAL = 0.9
 MFU_GOAL = 0.35
 
 
+def shards_base(variants: list[str], shards: Path, shape: str) -> dict[str, Any]:
+    """The base configuration of the GPU bench's companion scripts on ``make data``'s shards
+    (``shards``/train, valid and tokenizer.json) at ``shape``, bf16 autocast where available;
+    exits with a one-line reason for an unknown preset or a folder without those files."""
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
+    if not (shards / "train").is_dir() or not (shards / "tokenizer.json").is_file():
+        raise SystemExit(f"--shards {shards}: no train/ and tokenizer.json (make data)")
+    return {
+        "data": {"train": str(shards / "train"), "valid": str(shards / "valid"),
+                 "max_len": 128, "tokenizer": str(shards / "tokenizer.json")},
+        "model": SHAPES[shape],
+        "optim": {"lr": 1e-4, "warmup": 4000},
+        "train": {"precision": "auto"},
+    }  # fmt: skip
+
+
 def peak_tflops(device_name: str) -> float | None:
     """The dense bf16 peak of a known GPU, or None."""
     for pattern, peak in BF16_PEAK_TFLOPS:

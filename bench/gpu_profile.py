@@ -142,19 +142,8 @@ def main() -> None:
     ap.add_argument("--loader-workers", type=int, default=0)
     ap.add_argument("--out", type=Path, help="the reports as JSON")
     args = ap.parse_args()
-    unknown = set(args.variants) - set(VARIANTS)
-    if unknown:
-        raise SystemExit(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
-    if not (args.shards / "train").is_dir() or not (args.shards / "tokenizer.json").is_file():
-        raise SystemExit(f"--shards {args.shards}: no train/ and tokenizer.json (make data)")
+    base = gpu.shards_base(args.variants, args.shards, args.shape)
     device = torch.device(args.device)
-    base = {
-        "data": {"train": str(args.shards / "train"), "valid": str(args.shards / "valid"),
-                 "max_len": 128, "tokenizer": str(args.shards / "tokenizer.json")},
-        "model": gpu.SHAPES[args.shape],
-        "optim": {"lr": 1e-4, "warmup": 4000},
-        "train": {"precision": "auto"},
-    }  # fmt: skip
     reports = {}
     for name in args.variants:
         cfg = TrainConfig.model_validate(merge(base, VARIANTS[name]))
