@@ -16,12 +16,10 @@ most of the wall time points at the kernels; one mostly idle, at the host.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +27,6 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from synattn_trainer.config import TrainConfig
-from synattn_trainer.data import Batch
-from synattn_trainer.prefetch import BatchPrefetcher
 from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.train import Trainer
 
@@ -66,22 +62,17 @@ def profile_updates(
         activities.append(ProfilerActivity.CUDA)
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as out:
         trainer = Trainer(cfg, out, device=device, progress=False)
-        groups = bench_variants.timed_batches(trainer, max_tokens, warmup + updates)
-        with contextlib.ExitStack() as stack:
-            items: Iterable[list[int] | Batch] = groups
-            if loader_workers:
-                prefetcher = BatchPrefetcher(trainer.train_data, trainer.requests, loader_workers)
-                items = stack.enter_context(prefetcher).batches(groups)
-            it = iter(items)
+        n = warmup + updates
+        with bench_variants.timed_items(trainer, max_tokens, n, loader_workers) as items:
             for _ in range(warmup):
-                trainer.step([next(it)])
-            bench_variants._sync(device)
+                trainer.step([next(items)])
+            bench_variants.sync(device)
             tokens = 0
             with profile(activities=activities) as prof:
                 start = time.perf_counter()
-                for item in it:
+                for item in items:
                     tokens += trainer.step([item]).tokens
-                bench_variants._sync(device)
+                bench_variants.sync(device)
                 wall = time.perf_counter() - start
     events = prof.key_averages()
     device_us = sum(_device_us(e) for e in events)

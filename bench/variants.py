@@ -16,7 +16,7 @@ import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -76,9 +76,25 @@ def timed_batches(trainer: Trainer, max_tokens: int, n: int) -> list[list[int]]:
     return [order[k % len(order)] for k in range(n)]
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU), around a timed region."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def timed_items(
+    trainer: Trainer, max_tokens: int, n: int, loader_workers: int = 0
+) -> Iterator[Iterator[list[int] | Batch]]:
+    """What ``Trainer.step`` takes for the ``n`` batches of ``timed_batches``: their indices
+    (built inline by the step), or with ``loader_workers`` > 0 the batches built ahead in that
+    many processes, as training does with ``Trainer(loader_workers=...)``."""
+    groups = timed_batches(trainer, max_tokens, n)
+    if not loader_workers:
+        yield iter(groups)
+        return
+    with BatchPrefetcher(trainer.train_data, trainer.requests, loader_workers) as prefetcher:
+        yield prefetcher.batches(groups)
 
 
 def measure(
@@ -91,26 +107,20 @@ def measure(
 ) -> float:
     """Target tokens/s of ``Trainer.step`` (what training runs: batch building, HeadMask gates,
     forward, backward, clipping, Adam, schedule) over the same batches for every variant;
-    ``loader_workers`` > 0 builds the batches ahead in that many processes, as training does
-    with ``Trainer(loader_workers=...)``."""
+    ``loader_workers`` > 0 builds the batches ahead in that many processes (``timed_items``)."""
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory(prefix="bench-variants-") as out:
         trainer = Trainer(cfg, out, device=device, progress=False)
-        groups = timed_batches(trainer, max_tokens, warmup + updates)
-        with contextlib.ExitStack() as stack:
-            items: Iterable[list[int] | Batch] = groups
-            if loader_workers:
-                prefetcher = BatchPrefetcher(trainer.train_data, trainer.requests, loader_workers)
-                items = stack.enter_context(prefetcher).batches(groups)
+        with timed_items(trainer, max_tokens, warmup + updates, loader_workers) as items:
             tokens = 0
             start = 0.0
             for step, item in enumerate(items):
                 if step == warmup:
-                    _sync(trainer.device)
+                    sync(trainer.device)
                     start = time.perf_counter()
                     tokens = 0
                 tokens += trainer.step([item]).tokens
-            _sync(trainer.device)
+            sync(trainer.device)
             return tokens / (time.perf_counter() - start)
 
 

@@ -56,7 +56,6 @@ class BatchPrefetcher:
         if workers < 1:
             raise ValueError(f"a prefetcher needs at least one worker process, not {workers}")
         global _CORPUS, _REQUESTS
-        self.workers = workers
         self.ahead = ahead if ahead is not None else 2 * workers
         if self.ahead < 1:
             raise ValueError(f"ahead must be at least 1, not {self.ahead}")
