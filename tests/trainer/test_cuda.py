@@ -89,3 +89,35 @@ def test_batches_built_ahead_feed_a_cuda_model(data: dict[str, Path], tmp_path: 
     start = trainer.validate()["valid_loss"]
     assert trainer.train().update == 20
     assert trainer.validate()["valid_loss"] < start
+
+
+@pytest.mark.parametrize("preset", ["vanilla", "disagreement-output"])
+def test_an_update_never_makes_the_host_wait_for_the_device(
+    data: dict[str, Path], preset: str
+) -> None:
+    """The forward and backward of an update queue their kernels without a single host-device
+    synchronisation (``set_sync_debug_mode("error")`` raises at any): the scored target
+    positions come from the host with the batch, the padding mask is built without asking
+    whether there is padding, and ``disagreement``'s token count stays a device tensor."""
+    from synattn_trainer.config import TrainConfig
+    from synattn_trainer.data import load_corpus, make_batch
+    from synattn_trainer.model import Transformer
+    from synattn_trainer.presets import VARIANTS, merge
+    from synattn_trainer.tokenizer import load_tokenizer
+    from synattn_trainer.train import update_loss
+
+    cfg = TrainConfig.model_validate(merge(tiny_config(data).model_dump(), VARIANTS[preset]))
+    tok = load_tokenizer(cfg.data.tokenizer)
+    corpus = load_corpus(cfg.data.valid, tok, source_eos=cfg.data.source_eos)
+    cuda = torch.device("cuda")
+    model = Transformer(cfg, tok.get_vocab_size()).to(cuda).train()
+    batch = make_batch(corpus, list(range(8)), model.feature_requests()).to(cuda)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss, _, _ = update_loss(model, batch, 0.1, batch.ntokens)
+        loss.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert math.isfinite(float(loss))

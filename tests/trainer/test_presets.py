@@ -39,7 +39,7 @@ def test_every_preset_trains_and_is_analysed_as_trained(name, m30k, corpus_and_t
     corpus = load_corpus(m30k["valid"], tok, source_eos=cfg.data.source_eos)
     torch.manual_seed(0)
     model = Transformer(cfg, tok.get_vocab_size()).train()
-    model.state.update(max_updates=10, update=10)  # past any pre-warm-up
+    model.state.max_updates = model.state.update = 10  # past any pre-warm-up
     batch = make_batch(corpus, [0, 1, 2, 3], model.feature_requests())
     logits = model(batch.src, batch.tgt_in, batch.syntax)
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
@@ -154,13 +154,13 @@ def test_prewarm_fraction_freezes_the_gate_for_that_share_of_the_run(m30k, corpu
     corpus, tok = corpus_and_tok
     cfg = preset_config(m30k, "slr-gated")
     model = Transformer(cfg, tok.get_vocab_size()).train()
-    model.state.update(max_updates=10)
+    model.state.max_updates = 10
     batch = make_batch(corpus, [0, 1, 2], model.feature_requests())
     gate = model.encoder[0].self_attn.variant.gate
 
     def gate_grad(update: int) -> bool:
         model.zero_grad()
-        model.state.update(update=update)
+        model.state.update = update
         model(batch.src, batch.tgt_in, batch.syntax).sum().backward()
         return gate.fc1.weight.grad is not None and bool(gate.fc1.weight.grad.abs().sum() > 0)
 

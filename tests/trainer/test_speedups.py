@@ -53,9 +53,10 @@ def test_logits_at_positions_are_the_full_logits_there(m30k: dict[str, Path]) ->
     b = make_batch(corpus, list(range(8)))
     positions = b.tgt_out.ne(PAD_ID)
     full = model(b.src, b.tgt_in)
-    some = model(b.src, b.tgt_in, None, positions)
+    some = model(b.src, b.tgt_in, None, b.scored)  # the non-padding targets, found on the host
     assert some.shape == (int(positions.sum()), full.shape[-1])
     torch.testing.assert_close(some, full[positions])
+    assert torch.equal(b.gold, b.tgt_out[positions]) and b.ntokens == int(positions.sum())
 
 
 def test_fused_projections_equal_the_three_linear_layers(m30k: dict[str, Path]) -> None:

@@ -131,17 +131,25 @@ def token_batches(
 
 @dataclass
 class Batch:
-    """Tensors of one batch (on the training device)."""
+    """Tensors of one batch (on the training device).
+
+    ``scored`` holds the flat (row-major) indices of the target positions that are scored (not
+    padding) and ``gold`` their tokens. Both are found on the host when the batch is built:
+    selecting them on a GPU with a boolean mask would make the host wait for the device (the
+    size of the result is data), and would break a compiled graph.
+    """
 
     index: list[int]
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
     syntax: Features
+    scored: Tensor
+    gold: Tensor
 
     @property
     def ntokens(self) -> int:
-        return int(self.tgt_out.ne(PAD_ID).sum())
+        return int(self.scored.shape[0])
 
     def to(self, device: torch.device) -> Batch:
         return Batch(
@@ -150,6 +158,8 @@ class Batch:
             self.tgt_in.to(device, non_blocking=True),
             self.tgt_out.to(device, non_blocking=True),
             {k: v.to(device, non_blocking=True) for k, v in self.syntax.items()},
+            self.scored.to(device, non_blocking=True),
+            self.gold.to(device, non_blocking=True),
         )
 
 
@@ -177,12 +187,17 @@ def make_batch(
 ) -> Batch:
     """Pad one batch; teacher forcing splits ``<s> y </s>`` into input and output."""
     tgt = [corpus.tgt[i] for i in index]
+    tgt_out = _pad([t[1:] for t in tgt])
+    flat = tgt_out.flatten()
+    scored = flat.ne(PAD_ID).nonzero().squeeze(1)
     return Batch(
         index=list(index),
         src=_pad([corpus.src[i] for i in index]),
         tgt_in=_pad([t[:-1] for t in tgt]),
-        tgt_out=_pad([t[1:] for t in tgt]),
+        tgt_out=tgt_out,
         syntax=syntax_tensors(corpus, index, requests),
+        scored=scored,
+        gold=flat[scored],
     )
 
 

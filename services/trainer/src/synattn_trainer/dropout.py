@@ -30,8 +30,9 @@ def use_fast(enabled: bool) -> None:
 
 
 def fast_on(device: torch.device) -> bool:
-    """Whether dropout on ``device`` takes the cheaper mask."""
-    return _FAST and device.type == "cpu"
+    """Whether dropout on ``device`` takes the cheaper mask (not in a compiled graph, which
+    fuses ``F.dropout`` with its neighbours)."""
+    return _FAST and device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device) -> Tensor:

@@ -19,7 +19,13 @@ from synattn_trainer.config import AttentionType, ModelConfig, TrainConfig
 from synattn_trainer.data import Features
 from synattn_trainer.dropout import Dropout, dropout, fast_on
 from synattn_trainer.tokenizer import EOS_ID, PAD_ID
-from synattn_trainer.variants import AttentionVariant, AttnContext, Composite, build_layer_variant
+from synattn_trainer.variants import (
+    AttentionVariant,
+    AttnContext,
+    Composite,
+    Progress,
+    build_layer_variant,
+)
 from synattn_trainer.variants.headgate import HeadGates
 
 
@@ -33,7 +39,12 @@ def combine_masks(
 ) -> Tensor | None:
     """One additive float mask ``[B|1, H|1, Tq, Tk]``: padding and future keys are ``-inf``."""
     mask: Tensor | None = None
-    if key_padding is not None and bool(key_padding.any()):
+    # a batch without padding needs no mask on the CPU; elsewhere asking would make the host
+    # wait for the device (and break a compiled graph), so the mask is always built there
+    if key_padding is not None and (
+        key_padding.device.type != "cpu" or torch.compiler.is_compiling()
+        or bool(key_padding.any())
+    ):  # fmt: skip
         mask = torch.zeros(key_padding.shape, device=device).masked_fill(key_padding, -math.inf)
         mask = mask[:, None, None, :]
     if causal:
@@ -105,7 +116,7 @@ class MultiHeadAttention(nn.Module):
         step) stacks once: ``Transformer.start_decoding`` empties the copies at its start, as
         the weights may have changed since (fused Adam does not bump version counters, so
         they cannot tell)."""
-        decoding = torch.is_inference_mode_enabled()
+        decoding = not torch.compiler.is_compiling() and torch.is_inference_mode_enabled()
         hit = self._stacked.get(name) if decoding else None
         if hit is None:
             hit = (
@@ -120,8 +131,10 @@ class MultiHeadAttention(nn.Module):
         self, ctx: AttnContext, tq: int, tk: int, device: torch.device
     ) -> Tensor | None:
         """The padding (and causal) mask for ``tq`` queries over ``tk`` keys, built once per
-        forward and shape and shared by the layers (``ctx.masks``)."""
-        key = (ctx.kind, self.causal, tq, tk)
+        forward and shared by the layers (``ctx.masks``: within a forward each kind of
+        attention has one shape, so the key needs no sizes, whose symbolic values would make a
+        compiled forward recompile for every new shape)."""
+        key = (ctx.kind, self.causal)  # one shape per kind within a forward
         if key not in ctx.masks:
             ctx.masks[key] = combine_masks(ctx.key_padding, self.causal, None, tq, tk, device)
         return ctx.masks[key]
@@ -357,7 +370,7 @@ class Transformer(nn.Module):
         )
         if self.out_weight is not None:
             nn.init.normal_(self.out_weight, 0.0, m.d_model**-0.5)
-        self.state: dict[str, int] = {"update": 0, "epoch": 0}
+        self.state = Progress()
         offset = 0
         for kind in ("enc_self", "dec_self", "enc_dec"):  # g = type, then layer, then head
             for k, _, mod in self.attention_modules():
@@ -446,12 +459,13 @@ class Transformer(nn.Module):
         return Encoded(self.enc_norm(x), src_pad, src_eos, syn)
 
     def decode(self, tgt_in: Tensor, enc: Encoded, positions: Tensor | None = None) -> Tensor:
-        """Logits ``[B, T, V]`` for every target prefix position; with ``positions`` (a
-        ``[B, T]`` bool mask, training: the non-padding targets) only those, ``[N, V]`` in
-        row-major order. The output layer is the largest matrix product of a small model, and
-        its rows at padding are thrown away by the loss anyway."""
+        """Logits ``[B, T, V]`` for every target prefix position; with ``positions`` (``[N]``
+        flat row-major indices into ``[B, T]``, training: ``Batch.scored``, the non-padding
+        targets) only those, ``[N, V]`` in that order. The output layer is the largest matrix
+        product of a small model, and its rows at padding are thrown away by the loss anyway."""
         tgt_pad = tgt_in.eq(PAD_ID)
-        self.state["target_tokens"] = int((~tgt_pad).sum())  # per-token aux losses (§3.1)
+        # per-token aux losses (§3.1); a tensor, so that the host need not wait for the device
+        self.state.target_tokens = (~tgt_pad).sum()
         y = self._embed(self.tgt_embed, tgt_in)
         masks: dict[Hashable, Tensor | None] = {}
         for i, layer in enumerate(self.decoder):
@@ -461,7 +475,7 @@ class Transformer(nn.Module):
                                     src_eos=enc.src_eos, masks=masks)  # fmt: skip
             y = layer(y, enc.memory, self_ctx, cross_ctx)
         if positions is not None:
-            y = y[positions]
+            y = y.flatten(0, 1).index_select(0, positions)
         y = self.dec_norm(y)
         weight = self.tgt_embed.weight if self.out_weight is None else self.out_weight
         return F.linear(y, weight, self.out_bias)

@@ -132,9 +132,9 @@ def update_loss(
     gradient of (total loss / total tokens), exactly what one process would compute.
     """
     _, n = world()
-    positions = batch.tgt_out.ne(PAD_ID)  # logits only where a target token is scored
-    logits: Tensor = model(batch.src, batch.tgt_in, batch.syntax, positions)
-    loss, nll = token_loss(logits, batch.tgt_out[positions], smoothing)
+    # logits only where a target token is scored
+    logits: Tensor = model(batch.src, batch.tgt_in, batch.syntax, batch.scored)
+    loss, nll = token_loss(logits, batch.gold, smoothing)
     inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     aux = cast(Transformer, inner).aux_loss()
     total = loss
@@ -237,7 +237,7 @@ class Trainer:
         )
         self.valid_data = load_corpus(cfg.data.valid, self.tok, source_eos=eos)
         self.model = Transformer(cfg, self.tok.get_vocab_size()).to(device)
-        self.model.state["max_updates"] = cfg.train.max_updates  # pre-warm-up fractions
+        self.model.state.max_updates = cfg.train.max_updates  # pre-warm-up fractions
         self.requests = self.model.feature_requests()
         self.net: nn.Module = self.model
         if self.world > 1:
@@ -495,7 +495,7 @@ class Trainer:
         ahead): forward and backward of each (HeadMask gates, mixed precision), clipping, the
         optimiser and the schedule. Benchmarks call this too, so they time what training does."""
         cfg = self.cfg
-        self.model.state.update(update=self.update, epoch=self.epoch)
+        self.model.state.update, self.model.state.epoch = self.update, self.epoch
         built = [
             b if isinstance(b, Batch) else make_batch(self.train_data, b, self.requests)
             for b in group
@@ -652,9 +652,8 @@ class Trainer:
             -1,
         ):
             b = make_batch(data, index, self.requests).to(self.device)
-            positions = b.tgt_out.ne(PAD_ID)
-            logits = self.model(b.src, b.tgt_in, b.syntax, positions)
-            loss, nll = token_loss(logits, b.tgt_out[positions], self.cfg.optim.label_smoothing)
+            logits = self.model(b.src, b.tgt_in, b.syntax, b.scored)
+            loss, nll = token_loss(logits, b.gold, self.cfg.optim.label_smoothing)
             loss_sum += float(loss)
             nll_sum += float(nll)
             tokens += b.ntokens

@@ -31,6 +31,22 @@ from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
 from synattn_trainer.variant_options import OPTIONS, VanillaConfig, VariantConfig, variant_options
 
 
+class Progress:
+    """Where training stands, for variants that read it: ``update``, ``epoch`` and the planned
+    ``max_updates`` (pre-warm-up schedules), and ``target_tokens`` of the last forward (a
+    tensor on the model's device: auxiliary losses in per-token form, §3.1).
+
+    A plain object rather than a dict: a compiled forward guards only the attributes its
+    code reads, so the update counter changing every step recompiles nothing that ignores it.
+    """
+
+    def __init__(self, update: int = 0, epoch: int = 0, max_updates: int = 0) -> None:
+        self.update = update
+        self.epoch = epoch
+        self.max_updates = max_updates
+        self.target_tokens: Tensor | int = 1
+
+
 @dataclass
 class AttnContext:
     """What a variant may read about the current call.
@@ -47,7 +63,7 @@ class AttnContext:
         masks: the padding and causal masks of this forward, built once and shared by layers.
         beam: cross-attention while decoding: each memory row (a sentence) serves ``beam``
             consecutive query rows (its hypotheses); 1 otherwise.
-        state: training progress (``update``, ``epoch``) for schedules such as pre-warm-up.
+        state: training progress (``Progress``) for schedules such as pre-warm-up.
     """
 
     kind: AttentionType
@@ -55,7 +71,7 @@ class AttnContext:
     key_padding: Tensor | None
     query_padding: Tensor | None
     syntax: Mapping[FeatureRequest, Tensor] = field(default_factory=dict)
-    state: dict[str, int] = field(default_factory=dict)
+    state: Progress = field(default_factory=Progress)
     layer_input: Tensor | None = None  # [B, Tq, D], set by the attention before the hooks
     dropout: float = 0.0  # attention dropout rate of this call (0 in eval)
     value_term: Callable[[Tensor], Tensor | None] | None = None  # peers' extra value terms

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
 
 from synattn_trainer.dropout import dropout
 from synattn_trainer.variant_options import Heads
+
+Fn = TypeVar("Fn", bound=Callable[..., Any])
+
+
+def outside_graph(fn: Fn) -> Fn:
+    """``fn`` runs eagerly inside a compiled forward (a graph break) instead of being traced:
+    host-side work, or a Python number that changes every update and would otherwise be
+    guarded on, recompiling the graph each time (``train.compile``)."""
+    return cast(Fn, torch.compiler.disable(fn))  # type: ignore[no-untyped-call]
 
 
 def logits_of(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.variant_options import DisagreementConfig
-from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
+from synattn_trainer.variants.base import AttentionVariant, AttnContext, Progress, register
 
 
 def unit(x: Tensor) -> Tensor:
@@ -53,7 +53,7 @@ class Disagreement(AttentionVariant):
         super().__init__(config, model, kind, layer)
         self.layers_of_type = 1
         self.similarity: Tensor | None = None
-        self._state: dict[str, int] = {}
+        self._state = Progress()
 
     def bind(self, peers: list[AttentionVariant]) -> None:
         self.layers_of_type = sum(
@@ -95,5 +95,5 @@ class Disagreement(AttentionVariant):
         if sim is None:
             return None
         # the trainer divides aux losses by the target tokens: per-token-mean form (§3.1)
-        tokens = self._state.get("target_tokens", 1)
+        tokens = self._state.target_tokens
         return self.config.weight * sim / self.layers_of_type * tokens

@@ -12,7 +12,7 @@ from synattn_trainer.dropout import dropout
 from synattn_trainer.patterns import token_patterns, word_patterns
 from synattn_trainer.variant_options import FixedConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
-from synattn_trainer.variants.common import apply, logits_of, softmax
+from synattn_trainer.variants.common import apply, logits_of, outside_graph, softmax
 
 
 @register("fixed", FixedConfig)
@@ -27,8 +27,10 @@ class Fixed(AttentionVariant):
     def requests(self) -> tuple[FeatureRequest, ...]:
         return (WordIds(),) if self.config.word_based else ()
 
+    @outside_graph
     def patterns(self, ctx: AttnContext, t: int, device: torch.device) -> Tensor:
-        """``[B, F, T, T]`` patterns of the batch (zero rows and columns at padding)."""
+        """``[B, F, T, T]`` patterns of the batch (zero rows and columns at padding). Host-side
+        NumPy work, so a compiled forward calls it eagerly (a graph break) instead of tracing."""
         f = self.config.fixed
         pad = ctx.key_padding
         b = pad.shape[0] if pad is not None else 1

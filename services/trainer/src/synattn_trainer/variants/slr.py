@@ -12,8 +12,15 @@ from synattn_shared.requests import FeatureRequest, SlrBias
 from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.dropout import dropout
 from synattn_trainer.variant_options import SlrConfig
-from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
-from synattn_trainer.variants.common import apply, head_mask, logits_of, on_heads, softmax
+from synattn_trainer.variants.base import AttentionVariant, AttnContext, Progress, register
+from synattn_trainer.variants.common import (
+    apply,
+    head_mask,
+    logits_of,
+    on_heads,
+    outside_graph,
+    softmax,
+)
 
 
 class SlrGate(nn.Module):
@@ -63,14 +70,15 @@ class Slr(AttentionVariant):
             return None
         return on_heads(ctx.syntax[self.slr][:, None], self.config.heads, self.heads)
 
-    def frozen(self, state: dict[str, int]) -> bool:
+    @outside_graph
+    def frozen(self, state: Progress) -> bool:
         """Pre-warm-up (seed 003 §4): the gate network takes no gradient for the first
-        ``prewarm_epochs`` epochs or ``prewarm_fraction`` of the planned updates."""
+        ``prewarm_epochs`` epochs or ``prewarm_fraction`` of the planned updates. Outside any
+        compiled graph, which would otherwise recompile for every new update count."""
         c = self.config
-        if state.get("epoch", 0) < c.prewarm_epochs:
+        if state.epoch < c.prewarm_epochs:
             return True
-        planned = state.get("max_updates", 0)
-        return bool(c.prewarm_fraction and state.get("update", 0) < c.prewarm_fraction * planned)
+        return bool(c.prewarm_fraction and state.update < c.prewarm_fraction * state.max_updates)
 
     def gate_values(self, ctx: AttnContext) -> Tensor:
         """``[B, H]`` gate per sentence and head (0 on heads that take no syntax)."""

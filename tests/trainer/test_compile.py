@@ -1,0 +1,65 @@
+"""``train.compile``: the training forward is traced once, whatever the batch's shape.
+
+On the GPU run (results/gpu/) a compiled forward was slower than eager: it recompiled for every
+update until dynamo gave up. These tests pin what caused that, with dynamo's ``eager`` backend
+(the same tracing and guards as inductor, none of its code generation): no guard on the update
+counter, on the batch's sizes or on the count of target tokens, and no graph break in vanilla.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from synattn_trainer.config import TrainConfig
+from synattn_trainer.data import load_corpus, make_batch
+from synattn_trainer.model import Transformer
+from synattn_trainer.presets import VARIANTS, merge
+from synattn_trainer.tokenizer import load_tokenizer
+from synattn_trainer.train import update_loss
+from tests.trainer.conftest import tiny_config
+
+# sentence groups of different lengths and sizes: each is a batch of a new shape (never one
+# sentence: dynamo specialises a size of 1, and a token-budget batch is never that small)
+GROUPS = [[0, 1], [2, 3, 4], [5, 6], [7, 8, 9, 10], [11, 12, 13], [14, 15], [16, 17, 18, 19]]
+
+
+@pytest.mark.parametrize("preset", ["vanilla", "disagreement+routing"])
+def test_a_compiled_forward_is_one_graph_for_every_shape_and_update(
+    preset: str, m30k: dict[str, Path]
+) -> None:
+    """One graph, no break, traced once: five more updates with other shapes (and a growing
+    update counter, which schedules read) trace nothing new, and the compiled loss is the
+    eager loss. ``disagreement`` scales its loss by the target tokens, which once were a
+    Python number read from the device inside the forward."""
+    base = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8})
+    cfg = TrainConfig.model_validate(merge(base.model_dump(), VARIANTS[preset]))
+    tok = load_tokenizer(cfg.data.tokenizer)
+    corpus = load_corpus(m30k["valid"], tok, source_eos=cfg.data.source_eos)
+    torch.manual_seed(0)
+    model = Transformer(cfg, tok.get_vocab_size()).train()
+    model.state.max_updates = 100
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, backend="eager", dynamic=True)
+    requests = model.feature_requests()
+    shapes = set()
+    traced_after_warmup = 0
+    for update, group in enumerate(GROUPS):
+        model.state.update = update
+        batch = make_batch(corpus, group, requests)
+        shapes.add((*batch.src.shape, *batch.tgt_in.shape))
+        loss, _, _ = update_loss(compiled, batch, 0.1, batch.ntokens)
+        loss.backward()
+        eager, _, _ = update_loss(model, batch, 0.1, batch.ntokens)
+        torch.testing.assert_close(loss, eager)
+        if update == 1:
+            traced_after_warmup = counters["stats"]["unique_graphs"]
+    assert len(shapes) == len(GROUPS)  # every batch had a shape of its own
+    assert traced_after_warmup == 1
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert not counters["graph_break"], dict(counters["graph_break"])
