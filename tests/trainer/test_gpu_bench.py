@@ -53,11 +53,15 @@ def test_a_run_times_every_preset_and_counts_vanillas_flops(
         "train": {"precision": "auto", "compile": False},
     }  # fmt: skip
     report = gpu.run(base, ["lpea", "vanilla"], torch.device("cpu"), warmup=1, updates=2,
-                     repeats=1, max_tokens=512, peak=1.0, loader_workers=[0, 1])  # fmt: skip
+                     repeats=1, max_tokens=512, peak=1.0, loader_workers=[0, 1],
+                     warm_rounds=1)  # fmt: skip
     ahead = {r["variant"]: r for r in report["variants"] if r["loader_workers"] == 1}
     rows = {r["variant"]: r for r in report["variants"] if r["loader_workers"] == 0}
     assert list(rows) == list(ahead) == ["vanilla", "lpea"]
     assert report["loader_workers"] == [0, 1]
+    # the warm round is run and reported, and counts in no median
+    assert report["warm_rounds"] == 1
+    assert all(len(r["warm_repeats"]) == 1 and len(r["repeats"]) == 1 for r in rows.values())
     assert ahead["lpea"]["x_inline"] > 0 and "x_inline" not in rows["lpea"]
     assert set(report["vanilla_by_loader_workers"]) == {"0", "1"}
     best = report["vanilla_loader_workers"]
