@@ -79,7 +79,7 @@ class AttnContext:
     probs: Tensor | None = None  # [B, H, Tq, Tk] the probabilities ``attend`` applied
     src_eos: Tensor | None = None
     memo: dict[Hashable, Tensor] = field(default_factory=dict)
-    masks: dict[Hashable, Tensor | None] = field(default_factory=dict)  # padding/causal, by shape
+    masks: dict[Hashable, Tensor | None] = field(default_factory=dict)  # padding/causal, by kind
     beam: int = 1  # decoding: queries are ``beam`` hypotheses per row of the memory
 
     def report(self, probs: Tensor) -> None:
