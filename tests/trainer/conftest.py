@@ -65,3 +65,11 @@ def tiny_config(m30k: dict[str, Path], **sections: dict) -> TrainConfig:
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value}
     return TrainConfig.model_validate(raw)
+
+
+def preset_config(m30k: dict[str, Path], name: str, **model: object) -> TrainConfig:
+    """A preset (``synattn_trainer.presets``) on the tiny model with 8 heads and no dropout."""
+    from synattn_trainer.presets import VARIANTS, merge
+
+    base = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8, **model})
+    return TrainConfig.model_validate(merge(base.model_dump(), VARIANTS[name]))

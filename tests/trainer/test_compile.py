@@ -15,13 +15,11 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import load_corpus, make_batch
 from synattn_trainer.model import Transformer
-from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.tokenizer import load_tokenizer
 from synattn_trainer.train import update_loss
-from tests.trainer.conftest import tiny_config
+from tests.trainer.conftest import preset_config
 
 # sentence groups of different lengths and sizes: each is a batch of a new shape (never one
 # sentence: dynamo specialises a size of 1, and a token-budget batch is never that small)
@@ -36,8 +34,7 @@ def test_a_compiled_forward_is_one_graph_for_every_shape_and_update(
     update counter, which schedules read) trace nothing new, and the compiled loss is the
     eager loss. ``disagreement`` scales its loss by the target tokens, which once were a
     Python number read from the device inside the forward."""
-    base = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8})
-    cfg = TrainConfig.model_validate(merge(base.model_dump(), VARIANTS[preset]))
+    cfg = preset_config(m30k, preset)
     tok = load_tokenizer(cfg.data.tokenizer)
     corpus = load_corpus(m30k["valid"], tok, source_eos=cfg.data.source_eos)
     torch.manual_seed(0)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from synattn_trainer.train import Trainer
-from tests.trainer.conftest import tiny_config
+from tests.trainer.conftest import preset_config, tiny_config
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device on this machine (CPU-only torch)"
@@ -99,14 +99,12 @@ def test_an_update_never_makes_the_host_wait_for_the_device(
     synchronisation (``set_sync_debug_mode("error")`` raises at any): the scored target
     positions come from the host with the batch, the padding mask is built without asking
     whether there is padding, and ``disagreement``'s token count stays a device tensor."""
-    from synattn_trainer.config import TrainConfig
     from synattn_trainer.data import load_corpus, make_batch
     from synattn_trainer.model import Transformer
-    from synattn_trainer.presets import VARIANTS, merge
     from synattn_trainer.tokenizer import load_tokenizer
     from synattn_trainer.train import update_loss
 
-    cfg = TrainConfig.model_validate(merge(tiny_config(data).model_dump(), VARIANTS[preset]))
+    cfg = preset_config(data, preset)
     tok = load_tokenizer(cfg.data.tokenizer)
     corpus = load_corpus(cfg.data.valid, tok, source_eos=cfg.data.source_eos)
     cuda = torch.device("cuda")

@@ -8,20 +8,15 @@ import pytest
 import torch
 
 from synattn_shared.requests import SlrBias
-from synattn_trainer.config import ModelConfig, TrainConfig, VariantSpec
+from synattn_trainer.config import ModelConfig, VariantSpec
 from synattn_trainer.data import load_corpus, make_batch
 from synattn_trainer.model import Transformer
-from synattn_trainer.presets import VARIANTS, merge
+from synattn_trainer.presets import VARIANTS
 from synattn_trainer.tokenizer import load_tokenizer
 from synattn_trainer.variants import AttnContext, Composite, build_layer_variant
-from tests.trainer.conftest import tiny_config
+from tests.trainer.conftest import preset_config, tiny_config
 
 M8 = ModelConfig(d_model=32, d_ff=64, heads=8, dropout=0.0, attn_dropout=0.0)
-
-
-def preset_config(m30k: dict[str, Path], name: str, **model: object) -> TrainConfig:
-    base = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8, **model})
-    return TrainConfig.model_validate(merge(base.model_dump(), VARIANTS[name]))
 
 
 @pytest.fixture(scope="module")
