@@ -158,3 +158,34 @@ def test_the_hardware_cell_names_the_cpu_isa_the_runs_recorded() -> None:
     assert mod._isa({"runs": [avx2, older]}) == ", AVX2 where recorded"
     assert mod._isa({"runs": [avx512, avx2]}) == ", AVX2/AVX512"
     assert mod._isa({"runs": [older, {"state": "queued"}]}) == ""
+
+
+def test_every_published_score_recomputes_from_its_hypotheses() -> None:
+    """An outside reader's audit: sacreBLEU on each published hypothesis file against the
+    published reference gives the BLEU and chrF its run's record states, for every model
+    selection, and each row's per-seed BLEU is its own protocol's figure."""
+    import sacrebleu
+
+    study = REPO / "results" / claims().STUDY
+    if not (study / "report.json").is_file():
+        return  # nothing published yet: nothing to audit
+    report = json.loads((study / "report.json").read_text(encoding="utf-8"))
+    refs = [(study / "translations" / "ref.test.txt").read_text(encoding="utf-8").splitlines()]
+    bleu_of = sacrebleu.BLEU(references=refs)  # the references' statistics, computed once
+    chrf_of = sacrebleu.CHRF(references=refs)
+    scored: dict[tuple[str, str], float] = {}
+    for path in sorted((study / "runs").glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        assert record["result"]["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+        for selection, model in record["result"]["by_selection"].items():
+            hyps = (study / model["hyp"]).read_text(encoding="utf-8").splitlines()
+            assert len(hyps) == len(refs[0]), (path.name, selection)
+            bleu = round(bleu_of.corpus_score(hyps, None).score, 2)
+            chrf = round(chrf_of.corpus_score(hyps, None).score, 2)
+            assert (bleu, chrf) == (model["bleu"], model["chrf"]), (path.name, selection)
+            scored[(record["name"], selection)] = bleu
+    assert scored, "a published study has run records"
+    for row in report["rows"]:
+        for seed, bleu in row["bleu_by_seed"].items():
+            selection = row["averaged_updates"][seed]["selection"]
+            assert scored[(f"{row['variant']}-s{seed}", selection)] == bleu, (row["variant"], seed)
