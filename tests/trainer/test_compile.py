@@ -26,14 +26,15 @@ from tests.trainer.conftest import preset_config
 GROUPS = [[0, 1], [2, 3, 4], [5, 6], [7, 8, 9, 10], [11, 12, 13], [14, 15], [16, 17, 18, 19]]
 
 
-@pytest.mark.parametrize("preset", ["vanilla", "disagreement+routing"])
+@pytest.mark.parametrize("preset", ["vanilla", "disagreement+routing", "fixed-word"])
 def test_a_compiled_forward_is_one_graph_for_every_shape_and_update(
     preset: str, m30k: dict[str, Path]
 ) -> None:
     """One graph, no break, traced once: five more updates with other shapes (and a growing
     update counter, which schedules read) trace nothing new, and the compiled loss is the
     eager loss. ``disagreement`` scales its loss by the target tokens, which once were a
-    Python number read from the device inside the forward."""
+    Python number read from the device inside the forward; ``fixed`` once built its patterns
+    inside the forward from sentence lengths read back from the device."""
     cfg = preset_config(m30k, preset)
     tok = load_tokenizer(cfg.data.tokenizer)
     corpus = load_corpus(m30k["valid"], tok, source_eos=cfg.data.source_eos)

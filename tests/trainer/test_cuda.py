@@ -91,14 +91,15 @@ def test_batches_built_ahead_feed_a_cuda_model(data: dict[str, Path], tmp_path: 
     assert trainer.validate()["valid_loss"] < start
 
 
-@pytest.mark.parametrize("preset", ["vanilla", "disagreement-output"])
+@pytest.mark.parametrize("preset", ["vanilla", "disagreement-output", "fixed-word"])
 def test_an_update_never_makes_the_host_wait_for_the_device(
     data: dict[str, Path], preset: str
 ) -> None:
     """The forward and backward of an update queue their kernels without a single host-device
     synchronisation (``set_sync_debug_mode("error")`` raises at any): the scored target
     positions come from the host with the batch, the padding mask is built without asking
-    whether there is padding, and ``disagreement``'s token count stays a device tensor."""
+    whether there is padding, ``disagreement``'s token count stays a device tensor, and the
+    fixed heads' patterns come built with the batch."""
     from synattn_trainer.data import load_corpus, make_batch
     from synattn_trainer.model import Transformer
     from synattn_trainer.tokenizer import load_tokenizer

@@ -72,6 +72,26 @@ def test_word_patterns_worked_example() -> None:
     np.testing.assert_allclose(p.sum(-1), 1.0)
 
 
+def test_a_batch_carries_each_fixed_pattern_built_on_the_host() -> None:
+    """``FixedPattern`` is one pattern of ``token_patterns`` or ``word_patterns`` as float32,
+    the numbers the fixed heads read: ``</s>`` is a word of its own, padding is zero."""
+    from synattn_shared.requests import build_features
+    from synattn_trainer.patterns import FixedPattern
+
+    rows = [{"words": ["a", "bc", "d"]}, {"words": ["e"]}]
+    s2ws = [np.array([0, 1, 1, 2, -1]), np.array([0, -1])]
+    requests = [FixedPattern(i, word_based) for i in range(8) for word_based in (False, True)]
+    feats = build_features(rows, s2ws, requests)
+    for i in range(8):
+        token, word = feats[FixedPattern(i)], feats[FixedPattern(i, True)]
+        assert token.dtype == word.dtype == np.float32 and token.shape == (2, 5, 5)
+        assert (token[0] == token_patterns(5)[i].astype(np.float32)).all()
+        assert (word[0] == word_patterns([0, 1, 1, 2, 3])[i].astype(np.float32)).all()
+        assert (token[1, :2, :2] == token_patterns(2)[i].astype(np.float32)).all()
+        assert not token[1, 2:].any() and not token[1, :, 2:].any()
+        assert not word[1, 2:].any() and not word[1, :, 2:].any()
+
+
 def test_disagreement_terms_worked_example() -> None:
     mask = torch.tensor([[True, True, False]])
     v = torch.tensor([[[[1, 0], [1, 1], [9, 9]], [[1, 1], [2, 0.5], [9, 9]]]])

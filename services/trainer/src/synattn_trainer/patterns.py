@@ -6,10 +6,14 @@ to word positions and split each word's mass equally over its pieces.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
+
+from synattn_shared.requests import FeatureRequest, Row, WordIds
 
 PATTERN_NAMES = (
     "current", "previous", "next", "left context", "right context",
@@ -60,3 +64,31 @@ def word_patterns(word_ids: npt.ArrayLike) -> npt.NDArray[np.float64]:
     counts = np.bincount(w, minlength=n_words).astype(np.float64)
     b = token_patterns(n_words)
     return b[:, w][:, :, w] / counts[w][None, None, :]
+
+
+def word_pattern(word_ids: npt.ArrayLike, index: int) -> npt.NDArray[np.float64]:
+    """Pattern ``index`` of ``word_patterns`` alone (``[T, T]``), the same numbers."""
+    w = np.asarray(word_ids, dtype=np.int64)
+    n_words = int(w.max()) + 1
+    counts = np.bincount(w, minlength=n_words).astype(np.float64)
+    b: npt.NDArray[np.float64] = token_patterns(n_words)[index][np.ix_(w, w)]
+    return b / counts[w][None, :]
+
+
+@dataclass(frozen=True)
+class FixedPattern(FeatureRequest):
+    """Fixed pattern ``index`` (0-based, ``PATTERN_NAMES``) over a sentence's subwords, token-
+    or word-based, float32, 0 at padding. Built on the host with the batch, so the fixed heads'
+    forward reads a device tensor instead of stopping to fetch the sentence lengths (a
+    host-device synchronisation on a GPU, and a graph break under ``torch.compile``)."""
+
+    index: int
+    word_based: bool = False
+    fill: ClassVar[float] = 0.0
+
+    def build(self, row: Row, s2w: np.ndarray) -> np.ndarray:
+        if self.word_based:
+            p = word_pattern(WordIds().build(row, s2w), self.index)
+        else:
+            p = token_patterns(len(s2w))[self.index]
+        return p.astype(np.float32)

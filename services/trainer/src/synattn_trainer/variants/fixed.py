@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from synattn_shared.requests import FeatureRequest, WordIds
+from synattn_shared.requests import FeatureRequest
 from synattn_trainer.config import AttentionType, ModelConfig
 from synattn_trainer.dropout import dropout
-from synattn_trainer.patterns import token_patterns, word_patterns
+from synattn_trainer.patterns import FixedPattern
 from synattn_trainer.variant_options import FixedConfig
 from synattn_trainer.variants.base import AttentionVariant, AttnContext, register
-from synattn_trainer.variants.common import apply, logits_of, outside_graph, softmax
+from synattn_trainer.variants.common import apply, logits_of, softmax
 
 
 @register("fixed", FixedConfig)
@@ -25,25 +24,12 @@ class Fixed(AttentionVariant):
         super().__init__(config, model, kind, layer)
 
     def requests(self) -> tuple[FeatureRequest, ...]:
-        return (WordIds(),) if self.config.word_based else ()
+        return tuple(FixedPattern(i, self.config.word_based) for i in range(self.config.fixed))
 
-    @outside_graph
-    def patterns(self, ctx: AttnContext, t: int, device: torch.device) -> Tensor:
-        """``[B, F, T, T]`` patterns of the batch (zero rows and columns at padding). Host-side
-        NumPy work, so a compiled forward calls it eagerly (a graph break) instead of tracing."""
-        f = self.config.fixed
-        pad = ctx.key_padding
-        b = pad.shape[0] if pad is not None else 1
-        out = np.zeros((b, f, t, t), dtype=np.float32)
-        for s in range(b):
-            n = int((~pad[s]).sum()) if pad is not None else t
-            if self.config.word_based:
-                ids = ctx.syntax[WordIds()][s, :n].cpu().numpy()
-                p = word_patterns(ids)
-            else:
-                p = token_patterns(n)
-            out[s, :, :n, :n] = p[:f]
-        return torch.from_numpy(out).to(device)
+    def patterns(self, ctx: AttnContext) -> Tensor:
+        """``[B, F, T, T]`` patterns of the batch (zero rows and columns at padding), stacked
+        from the batch's host-built features."""
+        return torch.stack([ctx.syntax[r] for r in self.requests()], 1)
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext
@@ -51,7 +37,7 @@ class Fixed(AttentionVariant):
         f = self.config.fixed
         key = ("fixed", self.config.word_based, f)  # built once per forward, shared by layers
         if key not in ctx.memo:
-            ctx.memo[key] = self.patterns(ctx, k.shape[2], v.device)
+            ctx.memo[key] = self.patterns(ctx)
         p = ctx.memo[key].to(v.dtype)
         drop = ctx.dropout if self.config.dropout_on_fixed else 0.0
         fixed = dropout(p, drop, drop > 0) @ v[:, :f]
