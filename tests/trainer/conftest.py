@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -73,3 +75,16 @@ def preset_config(m30k: dict[str, Path], name: str, **model: object) -> TrainCon
 
     base = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8, **model})
     return TrainConfig.model_validate(merge(base.model_dump(), VARIANTS[name]))
+
+
+@pytest.fixture
+def fx_config_restored() -> Iterator[ModuleType]:
+    """torch's symbolic-shape settings, restored after the test (``compile_forward`` changes
+    them for the whole process)."""
+    import torch.fx.experimental._config as fx_config
+
+    saved = fx_config.save_config()
+    try:
+        yield fx_config
+    finally:
+        fx_config.load_config(saved)

@@ -5,6 +5,7 @@ cheaper CPU dropout mask, and the batched beam search against the per-sentence r
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -247,10 +248,14 @@ def test_decoding_sees_weights_changed_by_fused_adam(m30k: dict[str, Path]) -> N
 
 
 def test_compile_switch_wraps_the_training_forward(
-    m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    m30k: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fx_config_restored: ModuleType,
 ) -> None:
     """``train.compile`` hands the training module to ``torch.compile`` (spied on here: a real
-    compilation takes minutes on two cores; bench/peer.py --compile measures it)."""
+    compilation takes minutes on two cores; bench/peer.py --compile measures it), with sizes
+    symbolic and no duck sizing."""
     seen: list[dict[str, Any]] = []
 
     def spy(module: torch.nn.Module, **kwargs: Any) -> torch.nn.Module:
@@ -261,7 +266,8 @@ def test_compile_switch_wraps_the_training_forward(
     Trainer(tiny_config(m30k), tmp_path / "eager", progress=False)
     assert seen == []
     trainer = Trainer(tiny_config(m30k, train={"compile": True}), tmp_path / "c", progress=False)
-    assert seen == [{"dynamic": True}] and trainer.net is trainer.model
+    assert seen == [{"backend": "inductor", "dynamic": True}] and trainer.net is trainer.model
+    assert fx_config_restored.use_duck_shape is False
 
 
 def test_hypotheses_sharing_one_source_copy_give_the_same_logits(

@@ -196,6 +196,19 @@ class TrainResult:
         return self.final_updates.get(self.selection, [])
 
 
+def compile_forward(net: nn.Module, backend: str = "inductor") -> nn.Module:
+    """``torch.compile`` for a forward whose batch shapes vary from update to update: sizes
+    are symbolic from the first call, and no two dimensions share a symbol because they were
+    equal once. With duck sizing (torch's default) a first batch whose source and target were
+    the same length traced a graph only for such batches, and the next one traced another.
+    The setting is process-wide; a trainer process compiles nothing else. ``backend``:
+    ``"eager"`` traces the same way without generating code (the tests)."""
+    import torch.fx.experimental._config as fx_config
+
+    fx_config.use_duck_shape = False
+    return cast(nn.Module, torch.compile(net, backend=backend, dynamic=True))
+
+
 class Trainer:
     """One training run in ``out_dir`` (checkpoints/, metrics.jsonl, tb/, config.json)."""
 
@@ -244,9 +257,8 @@ class Trainer:
             self.net = nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None
             )
-        if cfg.train.compile:
-            # the training forward only (decoding stays eager); shapes vary from batch to batch
-            self.net = cast(nn.Module, torch.compile(self.net, dynamic=True))
+        if cfg.train.compile:  # the training forward only (decoding stays eager)
+            self.net = compile_forward(self.net)
         o = cfg.optim
         self.optim = torch.optim.Adam(
             self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,

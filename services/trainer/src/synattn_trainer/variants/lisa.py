@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from synattn_shared.requests import FeatureRequest, LisaTarget
@@ -38,7 +37,9 @@ class Lisa(AttentionVariant):
         ) & given.ge(0)
         target = given.clamp(min=0)
         if self.config.loss == "l2":
-            onehot = F.one_hot(target, a.shape[-1]).float()
+            # not F.one_hot: its class count would pin the source length in a compiled graph
+            keys = torch.arange(a.shape[-1], device=a.device)
+            onehot = (target[..., None] == keys).float()
             per_row = ((a - onehot) ** 2).sum(-1)
         else:
             per_row = -torch.log(a.gather(-1, target[..., None]).squeeze(-1).clamp(min=1e-9))
