@@ -59,15 +59,11 @@ def token_patterns(n: int) -> npt.NDArray[np.float64]:
 def word_patterns(word_ids: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """The eight word-based patterns ``[8, T, T]`` for tokens with these (contiguous) word ids:
     ``P[t, s] = B[w_t, w_s] / c_{w_s}``."""
-    w = np.asarray(word_ids, dtype=np.int64)
-    n_words = int(w.max()) + 1
-    counts = np.bincount(w, minlength=n_words).astype(np.float64)
-    b = token_patterns(n_words)
-    return b[:, w][:, :, w] / counts[w][None, None, :]
+    return np.stack([word_pattern(word_ids, i) for i in range(len(PATTERN_NAMES))])
 
 
 def word_pattern(word_ids: npt.ArrayLike, index: int) -> npt.NDArray[np.float64]:
-    """Pattern ``index`` of ``word_patterns`` alone (``[T, T]``), the same numbers."""
+    """Pattern ``index`` of ``word_patterns`` alone (``[T, T]``): what one fixed head reads."""
     w = np.asarray(word_ids, dtype=np.int64)
     n_words = int(w.max()) + 1
     counts = np.bincount(w, minlength=n_words).astype(np.float64)
