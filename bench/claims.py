@@ -272,6 +272,70 @@ def eos_effect(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     return ""
 
 
+SELECTIONS = (("average", "average of the last 5"), ("best_valid", "best validation"),
+              ("last", "last checkpoint"))  # fmt: skip
+
+
+def run_scores(experiment: Path) -> dict[str, dict[int, dict[str, float]]]:
+    """Each published run's test BLEU under every final model it made (``runs/*.json``):
+    variant -> seed -> selection -> BLEU."""
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for path in sorted((experiment / "runs").glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        by = (run.get("result") or {}).get("by_selection") or {}
+        scores = {k: float(v["bleu"]) for k, v in by.items() if v.get("bleu") is not None}
+        if scores and run.get("seed") is not None:
+            out.setdefault(run["variant"], {})[int(run["seed"])] = scores
+    return out
+
+
+def protocols(report: dict[str, Any], scores: dict[str, dict[int, dict[str, float]]]) -> list[str]:
+    """How much each row's Δ owes to its final-model protocol: the Δ against its baseline under
+    every final model the runs made (the same kind of model on both sides, seed-paired; the
+    row's own protocol in bold), and each baseline's mean BLEU under each. No test: the claims
+    table tests the row's own protocol only. Empty when no run recorded its selections."""
+    if not scores:
+        return []
+    lines = []
+    for row in report["rows"]:
+        system, base = row["variant"], row.get("vs")
+        if not base or system not in scores or base not in scores:
+            continue
+        own = row.get("protocol") or "average"
+        cells = []
+        for key, _ in SELECTIONS:
+            sys_s, base_s = scores[system], scores[base]
+            diffs = [sys_s[s][key] - base_s[s][key] for s in sorted(sys_s)
+                     if s in base_s and key in sys_s[s] and key in base_s[s]]  # fmt: skip
+            cell = "–"
+            if diffs:
+                cell = f"{statistics.fmean(diffs):+.2f}{_spread(diffs)} ({len(diffs)})"
+            cells.append(f"**{cell}**" if key == own else cell)
+        lines.append(f"| `{system}` | {base} | " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    baselines = []
+    for base in sorted({r["vs"] for r in report["rows"] if r.get("vs")}):
+        means = []
+        for key, name in SELECTIONS:
+            got = [s[key] for s in scores.get(base, {}).values() if key in s]
+            if got:
+                means.append(f"{name} {statistics.fmean(got):.2f}")
+        if means:
+            baselines.append(f"{base} " + ", ".join(means))
+    head = [
+        f"Final models (`{report['name']}`): every run made all three; each row's Δ against its "
+        "baseline under each (the same kind of model on both sides, seed-paired: mean ± std "
+        "over seeds, their number in brackets). The row's own protocol, the one the tables "
+        "above test, is in bold; nothing here is tested.",
+        "",
+        "| system | baseline | " + " | ".join(name for _, name in SELECTIONS) + " |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    tail = ["", "Baselines' mean BLEU: " + "; ".join(baselines) + "."] if baselines else []
+    return head + lines + tail
+
+
 def parse_note(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     """Which parses the syntax-guided rows read (METHODS-syntax §5.2), from ``run.json``."""
     for report, run in experiments:
@@ -294,6 +358,10 @@ def render(results: Path, study: str = STUDY, early: str | None = EARLY) -> str:
     control_lines = controls(main)
     if control_lines:
         out += ["", *control_lines]
+    if main:
+        protocol_lines = protocols(main[0][0], run_scores(results / study))
+        if protocol_lines:
+            out += ["", *protocol_lines]
     for note in (parse_note(main), eos_effect(main)):
         if note:
             out += ["", note]

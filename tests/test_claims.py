@@ -189,3 +189,46 @@ def test_every_published_score_recomputes_from_its_hypotheses() -> None:
         for seed, bleu in row["bleu_by_seed"].items():
             selection = row["averaged_updates"][seed]["selection"]
             assert scored[(f"{row['variant']}-s{seed}", selection)] == bleu, (row["variant"], seed)
+
+
+def test_the_protocol_table_pairs_each_selection_seed_by_seed(tmp_path: Path) -> None:
+    """Δ under every final model the runs made, paired by seed and by kind of model, the
+    row's own protocol in bold; a seed the baseline lacks is left out."""
+    c = claims()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    bleu = {("vanilla", 1): (30.0, 29.0, 28.0), ("vanilla", 2): (31.0, 30.0, 29.0),
+            ("slr-gated", 1): (31.0, 29.5, 27.0), ("slr-gated", 2): (31.0, 31.0, 30.0),
+            ("slr-gated", 3): (40.0, 40.0, 40.0)}  # fmt: skip
+    for (variant, seed), (avg, best, last) in bleu.items():
+        by = {"average": {"bleu": avg}, "best_valid": {"bleu": best}, "last": {"bleu": last}}
+        (runs / f"{variant}-s{seed}.json").write_text(json.dumps(
+            {"variant": variant, "seed": seed, "result": {"by_selection": by}}))  # fmt: skip
+    report = {"name": "exp", "rows": [
+        {"variant": "vanilla", "is_baseline": True},
+        {"variant": "slr-gated", "vs": "vanilla", "protocol": "best_valid"},
+    ]}  # fmt: skip
+    lines = c.protocols(report, c.run_scores(tmp_path))
+    row = next(x for x in lines if x.startswith("| `slr-gated`"))
+    assert (
+        row
+        == "| `slr-gated` | vanilla | +0.50 ± 0.71 (2) | **+0.75 ± 0.35 (2)** | +0.00 ± 1.41 (2) |"
+    )
+    assert lines[-1] == ("Baselines' mean BLEU: vanilla average of the last 5 30.50, best "
+                         "validation 29.50, last checkpoint 28.50.")  # fmt: skip
+    assert c.protocols(report, {}) == []
+
+
+def test_the_published_protocol_table_agrees_with_the_claims_rows() -> None:
+    """Each row's bold cell (its own protocol) is the Δ the report's row states."""
+    c = claims()
+    exp = REPO / "results" / c.STUDY
+    if not (exp / "report.json").is_file():
+        return  # nothing published yet
+    report = json.loads((exp / "report.json").read_text(encoding="utf-8"))
+    lines = c.protocols(report, c.run_scores(exp))
+    for row in report["rows"]:
+        if row.get("delta") is None:
+            continue
+        line = next(x for x in lines if x.startswith(f"| `{row['variant']}` |"))
+        assert f"**{row['delta']:+.2f}" in line, (row["variant"], line)
