@@ -4,6 +4,7 @@ validation loss; and which updates went in."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,11 @@ def test_last_and_best_validation_selection(m30k: dict[str, Path], tmp_path: Pat
         losses[update_of(path)] = trainer.validate()["valid_loss"]
     assert chosen == min(losses, key=lambda u: losses[u])
     assert res.checkpoint_updates == {"best_valid": chosen}
+    logged = [json.loads(line) for line in (tmp_path / "best" / "metrics.jsonl").open()]
+    saves = [r for r in logged if r["event"] == "checkpoint"]  # the last update saves twice
+    assert {r["update"] for r in saves} == set(losses)  # every checkpoint, validated and logged
+    assert [r["update"] for r in saves if r["best_valid"]][-1] == chosen
+    assert min(saves, key=lambda r: r["valid_loss"])["update"] == chosen
     model, _ = load_model(res.averaged)
     ref, _ = load_model(tmp_path / "best" / "checkpoints" / f"ckpt-{chosen:08d}.pt")
     for k, v in model.state_dict().items():

@@ -344,9 +344,13 @@ class Trainer:
             return path
         if "best_valid" in self.cfg.train.selections():
             loss = self.validate()["valid_loss"] if valid_loss is None else valid_loss
-            if loss < self.best_select[0]:
+            best = loss < self.best_select[0]
+            if best:
                 self.best_select = (loss, self.update)
                 self._write_final([self.update], "best_valid")
+            # the log alone then shows which checkpoint best.pt is, and why
+            self.log({"event": "checkpoint", "update": self.update, "valid_loss": loss,
+                      "best_valid": best})  # fmt: skip
         path = self.ckpt_dir / f"ckpt-{self.update:08d}.pt"
         ck.atomic_save(self.state_dict(), path)
         ck.prune(self.ckpt_dir, max(self.cfg.train.keep_checkpoints, self.cfg.train.average_last))
