@@ -272,7 +272,7 @@ def eos_effect(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     return ""
 
 
-SELECTIONS = (("average", "average of the last 5"), ("best_valid", "best validation"),
+SELECTIONS = (("average", "end-of-run average"), ("best_valid", "best validation"),
               ("last", "last checkpoint"))  # fmt: skip
 
 
@@ -302,9 +302,9 @@ def protocols(report: dict[str, Any], scores: dict[str, dict[int, dict[str, floa
         if not base or system not in scores or base not in scores:
             continue
         own = row.get("protocol") or "average"
+        sys_s, base_s = scores[system], scores[base]
         cells = []
         for key, _ in SELECTIONS:
-            sys_s, base_s = scores[system], scores[base]
             diffs = [sys_s[s][key] - base_s[s][key] for s in sorted(sys_s)
                      if s in base_s and key in sys_s[s] and key in base_s[s]]  # fmt: skip
             cell = "–"
@@ -324,10 +324,10 @@ def protocols(report: dict[str, Any], scores: dict[str, dict[int, dict[str, floa
         if means:
             baselines.append(f"{base} " + ", ".join(means))
     head = [
-        f"Final models (`{report['name']}`): every run made all three; each row's Δ against its "
-        "baseline under each (the same kind of model on both sides, seed-paired: mean ± std "
+        f"Final models (`{report['name']}`): each row's Δ against its baseline under each final "
+        "model its runs made (the same kind of model on both sides, seed-paired: mean ± std "
         "over seeds, their number in brackets). The row's own protocol, the one the tables "
-        "above test, is in bold; nothing here is tested.",
+        "above test, is in bold; the other columns carry no significance test.",
         "",
         "| system | baseline | " + " | ".join(name for _, name in SELECTIONS) + " |",
         "| --- | --- | --- | --- | --- |",

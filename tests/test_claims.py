@@ -214,7 +214,7 @@ def test_the_protocol_table_pairs_each_selection_seed_by_seed(tmp_path: Path) ->
         row
         == "| `slr-gated` | vanilla | +0.50 ± 0.71 (2) | **+0.75 ± 0.35 (2)** | +0.00 ± 1.41 (2) |"
     )
-    assert lines[-1] == ("Baselines' mean BLEU: vanilla average of the last 5 30.50, best "
+    assert lines[-1] == ("Baselines' mean BLEU: vanilla end-of-run average 30.50, best "
                          "validation 29.50, last checkpoint 28.50.")  # fmt: skip
     assert c.protocols(report, {}) == []
 
