@@ -115,8 +115,9 @@ def test_controls_stand_beside_their_systems(tmp_path: Path) -> None:
 
 def test_the_study_scores_only_end_of_run_models() -> None:
     """DECISIONS §7 on what is published: every averaged model of the study's rows comes from
-    the last quarter of its run, every single checkpoint is named by its update, and each
-    row's record names the selection it was scored with (its paper's protocol)."""
+    the last quarter of its run, every single checkpoint is named by its update (a best-
+    validation one wherever the run recorded it: slr-gated-s1 was published before the trainer
+    did), and each row's record names the selection it was scored with (its paper's protocol)."""
     path = REPO / "results" / claims().STUDY / "report.json"
     if not path.is_file():
         return  # nothing published yet: nothing to audit
@@ -132,6 +133,16 @@ def test_the_study_scores_only_end_of_run_models() -> None:
                 assert model["updates"] == [] and model["checkpoint_update"] == n
             if model["selection"] == "average":
                 assert len(model["updates"]) > 1 and model["checkpoint_update"] is None
+            if model["selection"] == "best_valid":
+                assert model["updates"] == []
+                update = model["checkpoint_update"]
+                if update is None:  # only a run published before the trainer recorded it
+                    record = path.parent / "runs" / f"{row['variant']}-s{seed}.json"
+                    by = json.loads(record.read_text(encoding="utf-8"))["result"]["by_selection"]
+                    assert all("checkpoint_update" not in m or m["checkpoint_update"] is None
+                               for m in by.values()), (row["variant"], seed)  # fmt: skip
+                else:
+                    assert 0 < update <= n, (row["variant"], seed)
             checked += 1
     assert checked == sum(row["succeeded"] for row in report["rows"])  # every finished run
 
