@@ -278,6 +278,7 @@ class Trainer:
         self.best_valid = math.inf
         self.bad_epochs = 0
         self.best_select = (math.inf, 0)  # (valid loss, update) of checkpoint_select best_valid
+        self._select_checked = -1  # the update whose checkpoint best_valid last compared
         self._tb: Any = None
         self._check_epoch_averaging()
 
@@ -342,7 +343,8 @@ class Trainer:
             path = self.ckpt_dir / ck.RESUME_NAME
             ck.atomic_save(self.state_dict(), path)
             return path
-        if "best_valid" in self.cfg.train.selections():
+        if "best_valid" in self.cfg.train.selections() and self._select_checked != self.update:
+            self._select_checked = self.update  # the run's last update is saved twice
             loss = self.validate()["valid_loss"] if valid_loss is None else valid_loss
             best = loss < self.best_select[0]
             if best:
