@@ -185,6 +185,12 @@ def run(
                 traceback.print_exc()
                 continue
             (warm if round_ < warm_rounds else rates)[key].append(rate)
+            kind = "warm" if round_ < warm_rounds else "timed"
+            print(
+                f"  {kind} round {round_}: {name} (loader {workers}) {rate:,.0f} target tokens/s",
+                file=sys.stderr,
+                flush=True,
+            )  # a cut-off run still says how far
             if device.type == "cuda":
                 memory[key] = max(memory.get(key, 0), torch.cuda.max_memory_allocated(device))
     for w in settings:
@@ -226,6 +232,7 @@ def run(
         "parameters": params,
         "precision": "bf16 autocast" if device.type == "cuda" else "fp32",
         "compile": base["train"].get("compile", False),
+        "cudnn_attention": base["train"].get("cudnn_attention", False),
         "max_tokens": max_tokens,
         "warmup_updates": warmup,
         "timed_updates": updates,
@@ -252,7 +259,8 @@ def render(report: dict[str, Any]) -> str:
     m = report["vanilla_mfu"]
     lines = [
         f"{report['device']}, torch {report['torch']} (CUDA {report['cuda']}), "
-        f"{report['precision']}, compile={report['compile']}; shape {report['shape']}, "
+        f"{report['precision']}, compile={report['compile']}, "
+        f"cudnn_attention={report.get('cudnn_attention', False)}; shape {report['shape']}, "
         f"{report['parameters']:,} parameters; ~{report['max_tokens']} target tokens per "
         f"update, {report['timed_updates']} timed updates, median of {report['repeats']}",
         f"vanilla (loader {report.get('vanilla_loader_workers', 0)}): "
@@ -298,6 +306,11 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=29000, help="Multi30k training pairs to parse")
     ap.add_argument("--compile", action="store_true", help="torch.compile the training forward")
     ap.add_argument(
+        "--cudnn-attention", action="store_true",
+        help="let SDPA choose cuDNN's attention (train.cudnn_attention; the trainer's default "
+        "keeps it off), to time the two in one lease",
+    )  # fmt: skip
+    ap.add_argument(
         "--loader-workers", type=int, nargs="+", default=[0], metavar="N",
         help="processes building batches ahead (0: inline); several values are timed side by "
         "side, e.g. 0 8",
@@ -329,7 +342,8 @@ def main() -> None:
                  "tokenizer": str(tokenizer)},
         "model": SHAPES[args.shape],
         "optim": {"lr": 1e-4, "warmup": 4000},
-        "train": {"precision": "auto", "compile": args.compile},
+        "train": {"precision": "auto", "compile": args.compile,
+                  "cudnn_attention": args.cudnn_attention},
     }  # fmt: skip
     peak = args.peak_tflops or (
         peak_tflops(device_label(device)) if device.type == "cuda" else None

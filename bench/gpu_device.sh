@@ -4,12 +4,15 @@
 #
 #   run(command="bash bench/gpu_device.sh tests quick", carry=[".whl", "build/gpu-kit"])
 #
-# Stages, run in the order given (each writes $OUT/<stage>.log; a failed stage does not stop
-# the next, the exit status says whether any failed):
+# Stages, run in the order given (all append to $OUT/stages.log: the device tool brings back at
+# most 8 files, and the first H100 lease lost tests.log as the ninth; a failed stage does not
+# stop the next, the exit status says whether any failed):
 #   tests    the device and torch, then tests/trainer/test_cuda.py on the kit's shards
 #   quick    bench/gpu.py for vanilla and three bias/mask presets ($OUT/gpu-quick.json)
 #   bench    bench/gpu.py for every preset ($OUT/gpu.json; about 5 minutes on an H100)
 #   compile  bench/gpu.py --compile for vanilla and the same three ($OUT/gpu-compile.json)
+#   cudnn    bench/gpu.py for vanilla and the same three, built 8 ahead, with cuDNN's attention
+#            allowed ($OUT/gpu-cudnn.json: against prefetch's loader-8 rows, which keep it off)
 #   prefetch bench/gpu.py for vanilla and the same three with batches built inline and 8 ahead
 #            ($OUT/gpu-prefetch.json: the x_inline column)
 #   profile  bench/gpu_profile.py: where a vanilla and a dea update's time goes, batches
@@ -31,8 +34,8 @@ status=0
 stage() {  # stage NAME COMMAND...: run it, its output to the terminal and $OUT/NAME.log
     local name=$1
     shift
-    echo "== $name: $*"
-    "$@" 2>&1 | tee "$OUT/$name.log" || { status=1; echo "== $name FAILED"; }
+    echo "== $name: $*" | tee -a "$OUT/stages.log"
+    "$@" 2>&1 | tee -a "$OUT/stages.log" || { status=1; echo "== $name FAILED" | tee -a "$OUT/stages.log"; }
 }
 
 for s in "$@"; do
@@ -50,6 +53,9 @@ for s in "$@"; do
     compile)
         stage compile python3 bench/gpu.py --shards $KIT --compile --variants vanilla \
             "${BIAS_MASK[@]}" --out "$OUT/gpu-compile.json" ${BENCH_ARGS:-} ;;
+    cudnn)
+        stage cudnn python3 bench/gpu.py --shards $KIT --variants vanilla "${BIAS_MASK[@]}" \
+            --loader-workers 8 --cudnn-attention --out "$OUT/gpu-cudnn.json" ${BENCH_ARGS:-} ;;
     prefetch)
         stage prefetch python3 bench/gpu.py --shards $KIT --variants vanilla "${BIAS_MASK[@]}" \
             --loader-workers 0 8 --out "$OUT/gpu-prefetch.json" ${BENCH_ARGS:-} ;;
@@ -58,7 +64,7 @@ for s in "$@"; do
             stage profile-$w python3 bench/gpu_profile.py --shards $KIT --variants vanilla dea \
                 --loader-workers $w --out "$OUT/gpu-profile-$w.json"
         done ;;
-    *) echo "gpu_device.sh: unknown stage $s (tests, quick, bench, compile, prefetch, profile)"
+    *) echo "gpu_device.sh: unknown stage $s (tests, quick, bench, compile, cudnn, prefetch, profile)"
        exit 2 ;;
     esac
 done

@@ -128,6 +128,25 @@ def test_trainer_sets_the_dropout_kernel(m30k: dict[str, Path], tmp_path: Path) 
         D.use_fast(True)
 
 
+def test_cudnn_attention_is_a_cuda_setting_only(m30k: dict[str, Path], tmp_path: Path) -> None:
+    """``train.cudnn_attention`` (off by default) flips torch's process-wide cuDNN SDPA switch
+    on a CUDA device only: a CPU trainer or a CPU model leaves it as it was."""
+    from synattn_trainer.config import TrainLoopConfig
+    from synattn_trainer.model import use_cudnn_attention
+
+    assert TrainLoopConfig().cudnn_attention is False
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        use_cudnn_attention(False)
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        use_cudnn_attention(True)
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        Trainer(tiny_config(m30k, train={"max_updates": 1}), tmp_path / "run", progress=False)
+        assert torch.backends.cuda.cudnn_sdp_enabled()  # the CPU left it alone
+    finally:
+        use_cudnn_attention(before)
+
+
 def reference_beam_search(
     model: Transformer, src: torch.Tensor, beam: int, lenpen: float, form: str, b_: int
 ) -> list[list[int]]:

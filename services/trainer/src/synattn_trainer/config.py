@@ -126,6 +126,11 @@ class TrainLoopConfig(Strict):
         description="torch.compile the training forward (off by default: on a 2-core CPU it "
         "did not pay, see bench/peer.py --compile)",
     )
+    cudnn_attention: bool = Field(
+        False,
+        description="let SDPA pick cuDNN's fused attention on CUDA (off: cuDNN plans its "
+        "kernel per input shape, and batch shapes change every update; results/gpu/)",
+    )
     fast_dropout: bool = Field(
         True,
         description="CPU dropout masks from 16-bit draws (synattn_trainer.dropout); false: "

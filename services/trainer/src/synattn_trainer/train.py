@@ -35,7 +35,7 @@ from synattn_trainer.data import (
     token_batches,
 )
 from synattn_trainer.dropout import use_fast as use_fast_dropout
-from synattn_trainer.model import Transformer, count_parameters
+from synattn_trainer.model import Transformer, count_parameters, use_cudnn_attention
 from synattn_trainer.prefetch import BatchPrefetcher
 from synattn_trainer.tokenizer import PAD_ID, load_tokenizer
 
@@ -240,6 +240,8 @@ class Trainer:
                 else torch.device("cpu")
             )
         self.device = device
+        if device.type == "cuda":
+            use_cudnn_attention(cfg.train.cudnn_attention)
         self.progress = progress and self.rank == 0
         ck.seed_everything(cfg.train.seed)
         use_fast_dropout(cfg.train.fast_dropout)
@@ -744,4 +746,6 @@ def load_model(
     model.eval()
     if device is not None:
         model.to(device)
+        if device.type == "cuda":
+            use_cudnn_attention(cfg.train.cudnn_attention)
     return model, cfg
