@@ -36,6 +36,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -160,7 +161,12 @@ def run(
     on the first GPU run every preset's first repeat was the slowest by far (vanilla 51k and
     34k target tokens/s against 196k), as the allocator's pool and the kernels' choices for
     that preset's shapes were still being made, which ``warmup`` updates of other batches
-    do not cover."""
+    do not cover.
+
+    With ``compile`` on, each preset keeps one trainer through every round, so its forward is
+    compiled once (a fresh trainer per measurement compiled afresh each time: the first H100
+    lease saw nothing finish in 4 minutes); the first measurement's wall time, compiling
+    included, is reported as ``first_measurement_s``."""
     names = ["vanilla", *[n for n in names if n != "vanilla"]]
     settings = list(dict.fromkeys(loader_workers)) or [0]
     configs = {n: TrainConfig.model_validate(merge(base, VARIANTS[n])) for n in names}
@@ -169,6 +175,10 @@ def run(
     warm: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
     memory: dict[tuple[str, int], int] = {}
     errors: dict[tuple[str, int], str] = {}
+    first: dict[str, float] = {}
+    keep = bool(base["train"].get("compile"))
+    trainers: dict[str, Trainer] = {}
+    scratch = tempfile.TemporaryDirectory(prefix="bench-gpu-")
     for round_ in range(warm_rounds + repeats):
         for key in keys:
             if key in errors:
@@ -176,15 +186,22 @@ def run(
             name, workers = key
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
+            began = time.perf_counter()
             try:
+                if keep and name not in trainers:
+                    trainers[name] = Trainer(
+                        configs[name], Path(scratch.name) / name, device=device, progress=False
+                    )
                 rate = bench_variants.measure(
-                    configs[name], warmup, updates, max_tokens, device, loader_workers=workers
-                )
+                    configs[name], warmup, updates, max_tokens, device, loader_workers=workers,
+                    trainer=trainers.get(name),
+                )  # fmt: skip
             except Exception as exc:  # a preset that breaks on this device is a finding
                 errors[key] = f"{type(exc).__name__}: {exc}"
                 traceback.print_exc()
                 continue
             (warm if round_ < warm_rounds else rates)[key].append(rate)
+            first.setdefault(name, time.perf_counter() - began)
             kind = "warm" if round_ < warm_rounds else "timed"
             print(
                 f"  {kind} round {round_}: {name} (loader {workers}) {rate:,.0f} target tokens/s",
@@ -193,6 +210,8 @@ def run(
             )  # a cut-off run still says how far
             if device.type == "cuda":
                 memory[key] = max(memory.get(key, 0), torch.cuda.max_memory_allocated(device))
+    trainers.clear()
+    scratch.cleanup()
     for w in settings:
         if ("vanilla", w) in errors:
             raise SystemExit(f"vanilla failed on {device}: {errors[('vanilla', w)]}")
@@ -219,6 +238,8 @@ def run(
                 row["x_inline"] = med / statistics.median(rates[(name, 0)])
             if row["kind"] in ("bias", "mask"):
                 row["meets_goal"] = med / vanilla[workers] >= RATIO_GOAL
+        if name in first and keep:
+            row["first_measurement_s"] = first[name]
         if (name, workers) in memory:
             row["peak_memory_gib"] = memory[(name, workers)] / 2**30
         rows.append(row)

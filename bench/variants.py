@@ -104,13 +104,18 @@ def measure(
     max_tokens: int,
     device: torch.device | None = None,
     loader_workers: int = 0,
+    trainer: Trainer | None = None,
 ) -> float:
     """Target tokens/s of ``Trainer.step`` (what training runs: batch building, HeadMask gates,
     forward, backward, clipping, Adam, schedule) over the same batches for every variant;
-    ``loader_workers`` > 0 builds the batches ahead in that many processes (``timed_items``)."""
+    ``loader_workers`` > 0 builds the batches ahead in that many processes (``timed_items``).
+    ``trainer``: one built from ``cfg`` to go on with (a compiled forward is compiled once, not
+    at every measurement); by default a fresh one."""
     torch.manual_seed(0)
-    with tempfile.TemporaryDirectory(prefix="bench-variants-") as out:
-        trainer = Trainer(cfg, out, device=device, progress=False)
+    with contextlib.ExitStack() as stack:
+        if trainer is None:
+            out = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-variants-"))
+            trainer = Trainer(cfg, out, device=device, progress=False)
         with timed_items(trainer, max_tokens, warmup + updates, loader_workers) as items:
             tokens = 0
             start = 0.0

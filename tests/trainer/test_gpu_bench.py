@@ -80,6 +80,41 @@ def test_a_run_times_every_preset_and_counts_vanillas_flops(
     assert "lpea" in text and "MFU" in text
 
 
+def test_a_compiled_run_compiles_each_preset_once(
+    gpu: ModuleType, m30k: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``compile`` on, a preset keeps one trainer (one compiled forward) through every
+    round, and its first measurement's wall time, compiling included, is reported. Traced with
+    dynamo's ``eager`` backend here: inductor's code generation takes minutes on this CPU."""
+    import torch
+
+    from synattn_trainer import train
+
+    compiled: list[object] = []
+    original = train.compile_forward
+
+    def eager_compile(net: torch.nn.Module) -> torch.nn.Module:
+        compiled.append(net)
+        return original(net, backend="eager")
+
+    base = {
+        "data": {"train": str(m30k["train"]), "valid": str(m30k["valid"]),
+                 "tokenizer": str(m30k["tokenizer"])},
+        "model": {"enc_layers": 1, "dec_layers": 1, "d_model": 32, "d_ff": 64, "heads": 8},
+        "optim": {"lr": 1e-4, "warmup": 100},
+        "train": {"precision": "auto", "compile": True},
+    }  # fmt: skip
+    monkeypatch.setattr(train, "compile_forward", eager_compile)
+    report = gpu.run(base, ["dea", "vanilla"], torch.device("cpu"), warmup=1, updates=1,
+                     repeats=2, max_tokens=256, peak=None, warm_rounds=1)  # fmt: skip
+    rows = {r["variant"]: r for r in report["variants"]}
+    assert all(len(r["warm_repeats"]) == 1 and len(r["repeats"]) == 2 for r in rows.values())
+    # one trainer per preset for the three rounds, and the one that counts the parameters
+    assert len(compiled) == 3
+    assert all(r["first_measurement_s"] > 0 for r in rows.values())
+    assert report["compile"] is True
+
+
 def test_the_gpu_kit_carries_the_first_whole_shards_as_a_dataset(tmp_path: Path) -> None:
     """bench/gpu_kit.py's training subset is a shard directory the reader takes as it is: the
     first whole shards that hold the pairs asked for, listed by a manifest of their own."""
