@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from synattn_trainer.config import TrainConfig
@@ -42,6 +43,14 @@ def _device_us(event: Any) -> float:
         if hasattr(event, name):
             return float(getattr(event, name))
     return 0.0
+
+
+def device_busy_us(events: Any) -> float:
+    """The device's busy time in µs: the own time of the events that ran on the device
+    (kernels, copies, memsets). A host operator's own device time is the time of the kernels
+    it launched, so a sum over every event counts the device's work twice; the first H100
+    profiles (results/gpu/) were summed that way."""
+    return sum(_device_us(e) for e in events if e.device_type != DeviceType.CPU)
 
 
 def profile_updates(
@@ -75,7 +84,7 @@ def profile_updates(
                 bench_variants.sync(device)
                 wall = time.perf_counter() - start
     events = prof.key_averages()
-    device_us = sum(_device_us(e) for e in events)
+    device_us = device_busy_us(events)
 
     def rows(key: Any) -> list[dict[str, Any]]:
         ranked = sorted(events, key=key, reverse=True)[:top]
@@ -85,6 +94,7 @@ def profile_updates(
                 "calls": e.count,
                 "self_device_ms": _device_us(e) / 1000,
                 "self_host_ms": e.self_cpu_time_total / 1000,
+                "on_device": e.device_type != DeviceType.CPU,  # a kernel, not its operator
             }
             for e in ranked
         ]

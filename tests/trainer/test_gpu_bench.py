@@ -187,3 +187,20 @@ def test_the_profile_script_reports_an_updates_time_and_its_costliest_operators(
     assert len(report["by_host_time"]) == 5 and report["by_device_time"] == []
     assert report["by_host_time"][0]["self_host_ms"] >= report["by_host_time"][-1]["self_host_ms"]
     assert "dea (loader 1)" in prof.render("dea", report)
+
+
+def test_the_devices_busy_time_counts_each_kernel_once() -> None:
+    """A host operator's own device time repeats its kernels' time: only device-side events
+    are summed (the first H100 profiles summed both and reported twice the busy share)."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    prof = bench_script("gpu_profile")
+    events = [
+        SimpleNamespace(device_type=DeviceType.CPU, self_device_time_total=700.0),  # aten::mm
+        SimpleNamespace(device_type=DeviceType.CUDA, self_device_time_total=500.0),  # its kernel
+        SimpleNamespace(device_type=DeviceType.CUDA, self_device_time_total=200.0),  # its kernel
+        SimpleNamespace(device_type=DeviceType.CPU, self_device_time_total=0.0),  # a launch
+    ]
+    assert prof.device_busy_us(events) == 700.0
