@@ -31,7 +31,7 @@ export PYTHONPATH=/tmp/site:$PWD:$PWD/shared/src:$PWD/services/trainer/src PYTHO
 BIAS_MASK=(dea lpea slr-pure)
 status=0
 
-stage() {  # stage NAME COMMAND...: run it, its output to the terminal and $OUT/NAME.log
+stage() {  # stage NAME COMMAND...: run it, its output to the terminal and $OUT/stages.log
     local name=$1
     shift
     echo "== $name: $*" | tee -a "$OUT/stages.log"
