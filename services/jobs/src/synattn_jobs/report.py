@@ -258,6 +258,18 @@ def _png_b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode("ascii")
 
 
+def run_metrics(job: Job) -> Path | None:
+    """A run's metrics log: in its run folder while that exists, else the published copy its
+    result names by absolute path (a run an earlier session published and this queue adopted
+    from ``results/``: its run folder was on another checkout, and the report drew only this
+    session's runs)."""
+    published = (job.result or {}).get("metrics")
+    for path in (Path(job.out_dir) / "metrics.jsonl", published):
+        if isinstance(path, (str, Path)) and Path(path).is_absolute() and Path(path).is_file():
+            return Path(path)
+    return None
+
+
 def loss_curves(jobs: list[Job], out: Path) -> Path | None:
     """Training loss over updates for every run, one line each."""
     import matplotlib
@@ -268,8 +280,8 @@ def loss_curves(jobs: list[Job], out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 4))
     drawn = 0
     for job in jobs:
-        metrics = Path(job.out_dir) / "metrics.jsonl"
-        if not metrics.is_file():
+        metrics = run_metrics(job)
+        if metrics is None:
             continue
         pts = [
             (rec["update"], rec["loss"])
@@ -284,7 +296,7 @@ def loss_curves(jobs: list[Job], out: Path) -> Path | None:
         return None
     ax.set_xlabel("update")
     ax.set_ylabel("training loss (label-smoothed, per token)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6 if drawn > 12 else 7, ncol=1 + drawn // 12)
     ax.set_title("loss curves")
     fig.tight_layout()
     atomic_write_with(out, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
@@ -304,8 +316,8 @@ def write_html(report: dict[str, Any], jobs: list[Job], out_dir: Path) -> Path:
     if curves:
         figures.append({"title": "Loss curves", "png": _png_b64(curves)})
     for job in jobs:
-        metrics = Path(job.out_dir) / "metrics.jsonl"
-        if job.state != "succeeded" or not metrics.is_file():
+        metrics = run_metrics(job)
+        if job.state != "succeeded" or metrics is None:
             continue
         stats = variant_history(metrics)
         if "gate" in stats:
