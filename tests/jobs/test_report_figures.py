@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from synattn_jobs.report import loss_curves, run_metrics
 from synattn_jobs.store import JobStore
 
@@ -16,15 +18,18 @@ def _log(path: Path) -> Path:
     return path
 
 
-def test_a_published_runs_metrics_are_found_when_its_run_folder_is_gone(tmp_path: Path) -> None:
+def test_a_published_runs_metrics_are_found_when_its_run_folder_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
-    exp = store.create_experiment("figs", "vanilla", {"seeds": [1, 2, 3]})
+    exp = store.create_experiment("figs", "vanilla", {"seeds": [1, 2, 3, 4]})
     local = _log(tmp_path / "runs" / "vanilla-s1" / "metrics.jsonl")
     published = _log(tmp_path / "results" / "runs" / "vanilla-s2.metrics.jsonl")
     cases = {
         "vanilla-s1": (local.parent, {}),  # trained by this session: its run folder
         "vanilla-s2": (tmp_path / "gone", {"metrics": str(published)}),  # adopted
         "vanilla-s3": (tmp_path / "gone", {"metrics": "runs/vanilla-s3.metrics.jsonl"}),
+        "vanilla-s4": (Path("runs") / "vanilla-s1", {}),  # a run folder named relative to here
     }
     for name, (out_dir, result) in cases.items():
         job = store.create_job("train", name, {}, str(out_dir), experiment_id=exp.id,
@@ -36,5 +41,7 @@ def test_a_published_runs_metrics_are_found_when_its_run_folder_is_gone(tmp_path
     assert run_metrics(jobs["vanilla-s2"]) == published
     # a relative name is not resolved against wherever the report happens to run
     assert run_metrics(jobs["vanilla-s3"]) is None
+    monkeypatch.chdir(tmp_path)
+    assert run_metrics(jobs["vanilla-s4"]) == Path("runs") / "vanilla-s1" / "metrics.jsonl"
     assert loss_curves([jobs["vanilla-s2"]], tmp_path / "loss.png") == tmp_path / "loss.png"
     assert loss_curves([jobs["vanilla-s3"]], tmp_path / "none.png") is None

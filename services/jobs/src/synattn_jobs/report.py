@@ -263,10 +263,12 @@ def run_metrics(job: Job) -> Path | None:
     result names by absolute path (a run an earlier session published and this queue adopted
     from ``results/``: its run folder was on another checkout, and the report drew only this
     session's runs)."""
-    published = (job.result or {}).get("metrics")
-    for path in (Path(job.out_dir) / "metrics.jsonl", published):
-        if isinstance(path, (str, Path)) and Path(path).is_absolute() and Path(path).is_file():
-            return Path(path)
+    local = Path(job.out_dir) / "metrics.jsonl"
+    if local.is_file():
+        return local
+    published = (job.result or {}).get("metrics")  # relative: not against wherever this runs
+    if isinstance(published, str) and Path(published).is_absolute():
+        return Path(published) if Path(published).is_file() else None
     return None
 
 
