@@ -223,9 +223,25 @@ def republish_meta(grid: Path, results: Path, meta: dict[str, Any]) -> dict[str,
     }
 
 
+# Settings that choose only how a run executes, never what it computes, with the value a run
+# published before the setting existed had in effect: at that value the setting is left out
+# of a spec's digest, so adding it to the configuration does not make published runs stale.
+EXECUTION_ONLY: dict[tuple[str, str], Any] = {
+    ("train", "cudnn_attention"): False,  # CUDA only; the study trains on CPU
+}
+
+
 def spec_digest(spec: dict[str, Any]) -> str:
     """What a run trains, independent of where the checkout lies: its stored spec (the resolved
-    configuration included) with this repository's path taken out."""
+    configuration included) with this repository's path taken out, and every execution-only
+    setting (``EXECUTION_ONLY``) left out where it has the value older runs had in effect."""
+    spec = json.loads(json.dumps(spec))
+    resolved = spec.get("resolved")
+    if isinstance(resolved, dict):
+        for (section, key), old in EXECUTION_ONLY.items():
+            part = resolved.get(section)
+            if isinstance(part, dict) and key in part and part[key] == old:
+                del part[key]
     text = json.dumps(spec, sort_keys=True).replace(str(REPO), "$REPO")
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

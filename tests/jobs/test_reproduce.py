@@ -165,6 +165,21 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
     assert (ledger.stat().st_mtime_ns, ledger.read_text()) == written
 
 
+def test_an_execution_only_setting_at_its_old_value_keeps_published_runs_current() -> None:
+    """A setting added later that changes only how a run executes (``train.cudnn_attention``)
+    leaves the digest of a spec that holds it at the value older runs had in effect as it was,
+    so published runs stay adopted; any other value, or any other change, is another run."""
+    repro: Any = _load_reproduce()
+    before = {"resolved": {**RESOLVED, "train": dict(RESOLVED["train"])}}
+    after = {"resolved": {**RESOLVED, "train": {**RESOLVED["train"], "cudnn_attention": False}}}
+    assert repro.spec_digest(after) == repro.spec_digest(before)
+    assert "cudnn_attention" in after["resolved"]["train"]  # the spec itself is left alone
+    on = {"resolved": {**RESOLVED, "train": {**RESOLVED["train"], "cudnn_attention": True}}}
+    assert repro.spec_digest(on) != repro.spec_digest(before)
+    longer = {"resolved": {**RESOLVED, "train": {**RESOLVED["train"], "max_updates": 601}}}
+    assert repro.spec_digest(longer) != repro.spec_digest(before)
+
+
 def test_the_driver_records_the_cpu_isa_its_runs_trained_with() -> None:
     import torch
 
