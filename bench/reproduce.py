@@ -15,7 +15,8 @@ On a fresh checkout (``--home`` gone, ``results/`` committed), the study goes on
 published: each finished run's record (``results/<name>/runs/<run>.json``, its result and
 timing) and its translations under every final-model selection let the new queue take that
 run as done, without training it again, when its resolved configuration is the same. Only
-the runs that never finished are trained.
+the runs that never finished are trained. A published run whose configuration changed stops
+the driver with the runs named, unless ``--retrain-changed`` asks to train them again.
 
     make data
     python bench/reproduce.py examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
@@ -308,21 +309,36 @@ def write_ledger(
     return record
 
 
-def adopt_published(exp_id: str, results: Path) -> list[str]:
+def adopt_published(exp_id: str, results: Path, retrain_changed: bool = False) -> list[str]:
     """Take the runs published by an earlier session as done in this queue: every queued job
     of the experiment whose ``runs/<name>.json`` has the same spec digest becomes succeeded
-    with that result (paths pointing into ``results/``). Returns the names taken."""
+    with that result (paths pointing into ``results/``). Returns the names taken.
+
+    A published run whose configuration differs from the queued one is trained again only
+    with ``retrain_changed``: otherwise nothing is taken and ``SystemExit`` names those runs,
+    since a setting added or changed in the code would silently re-queue (and in time
+    overwrite) hours of published runs."""
     store = study_store()
     exp = store.experiment(exp_id)
     assert exp is not None
     out = (results / exp.name).resolve()
-    taken = []
+    found = []
     for job in store.jobs(experiment_id=exp.id, state="queued"):
         path = out / "runs" / f"{job.name}.json"
-        if not path.is_file():
-            continue
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("spec_digest") != spec_digest(job.spec):
+        if path.is_file():
+            found.append((job, json.loads(path.read_text(encoding="utf-8"))))
+    changed = [job.name for job, record in found
+               if record.get("spec_digest") != spec_digest(job.spec)]  # fmt: skip
+    if changed and not retrain_changed:
+        raise SystemExit(
+            f"{len(changed)} published run(s) of {exp.name} trained another configuration "
+            f"({', '.join(changed)}): a setting was added or changed since (one that does not "
+            "change what a run computes belongs in EXECUTION_ONLY); pass --retrain-changed to "
+            "train them again"
+        )
+    taken = []
+    for job, record in found:
+        if job.name in changed:
             print(f"{job.name}: the published run trained another configuration; training again")
             continue
         res = record["result"]
@@ -384,6 +400,11 @@ def main() -> None:
     ap.add_argument("--publish-only", action="store_true", help="write results/ and exit")
     ap.add_argument("--poll", type=float, default=30.0)
     ap.add_argument(
+        "--retrain-changed",
+        action="store_true",
+        help="train again the published runs whose configuration changed (refused without it)",
+    )
+    ap.add_argument(
         "--first", nargs="+", default=[], metavar="RUN",
         help="train these runs (e.g. fixed-word-s2) before the others, in this order",
     )  # fmt: skip
@@ -391,7 +412,7 @@ def main() -> None:
     env = settings_env(args.home.resolve())
     os.environ.update(env)
     exp_id = find_or_submit(args.grid, env)
-    taken = adopt_published(exp_id, args.results)
+    taken = adopt_published(exp_id, args.results, args.retrain_changed)
     if taken:
         print(f"{len(taken)} runs taken as done from {args.results}: {', '.join(taken)}")
     if args.first:

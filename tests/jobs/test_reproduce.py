@@ -91,7 +91,8 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
     tmp_path: Path, monkeypatch: object
 ) -> None:
     """The study spans sessions: what one published (runs/<run>.json and the translations of
-    every final-model selection) a fresh queue takes as succeeded, unless its spec changed."""
+    every final-model selection) a fresh queue takes as succeeded, unless its spec changed:
+    then the driver stops with the run named, and trains it again only when asked to."""
     import pytest
 
     mp: pytest.MonkeyPatch = monkeypatch  # type: ignore[assignment]
@@ -148,7 +149,11 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
 
     # session 2: a new queue (the old home is gone); rp-s1's configuration changed meanwhile
     store2, exp2, _ = queue(tmp_path / "session2", changed=True)
-    taken = repro.adopt_published(exp2, results)  # type: ignore[attr-defined]
+    with pytest.raises(SystemExit, match=r"1 published run\(s\) of ledger .*\(rp-s1\).*"
+                       "--retrain-changed"):  # fmt: skip
+        repro.adopt_published(exp2, results)  # type: ignore[attr-defined]
+    assert {j.state for j in store2.jobs(experiment_id=exp2)} == {"queued"}  # nothing taken
+    taken = repro.adopt_published(exp2, results, retrain_changed=True)  # type: ignore[attr-defined]
     assert taken == ["vanilla-s1"]
     states = {j.name: j for j in store2.jobs(experiment_id=exp2)}
     assert states["vanilla-s1"].state == "succeeded" and states["dea-s1"].state == "queued"
@@ -157,7 +162,7 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
     assert Path(adopted["by_selection"]["last"]["hyp"]).read_text() == "eine katze\n"
     assert Path(adopted["ref"]).read_text() == "ein hund\n"
     # taking it twice changes nothing
-    assert repro.adopt_published(exp2, results) == []  # type: ignore[attr-defined]
+    assert repro.adopt_published(exp2, results, retrain_changed=True) == []  # type: ignore[attr-defined]
     # publishing again leaves the adopted run's ledger as it was: it is not written again
     ledger = out / "runs" / "vanilla-s1.json"
     written = (ledger.stat().st_mtime_ns, ledger.read_text())
