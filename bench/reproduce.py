@@ -227,19 +227,17 @@ def republish_meta(grid: Path, results: Path, meta: dict[str, Any]) -> dict[str,
 # Settings that choose only how a run executes, never what it computes, with the value a run
 # published before the setting existed had in effect: at that value the setting is left out
 # of a spec's digest, so adding it to the configuration does not make published runs stale.
-EXECUTION_ONLY: dict[tuple[str, str], Any] = {
-    ("train", "cudnn_attention"): False,  # CUDA only; the study trains on CPU
-}
-
-
 def spec_digest(spec: dict[str, Any]) -> str:
     """What a run trains, independent of where the checkout lies: its stored spec (the resolved
-    configuration included) with this repository's path taken out, and every execution-only
-    setting (``EXECUTION_ONLY``) left out where it has the value older runs had in effect."""
+    configuration included) with this repository's path taken out, and every setting the
+    config marks execution-only (``synattn_trainer.config.EXECUTION_ONLY``) left out at its
+    default, the value older runs, whose specs lack it, had in effect."""
+    from synattn_trainer.config import execution_only_defaults
+
     spec = json.loads(json.dumps(spec))
     resolved = spec.get("resolved")
     if isinstance(resolved, dict):
-        for (section, key), old in EXECUTION_ONLY.items():
+        for (section, key), old in execution_only_defaults().items():
             part = resolved.get(section)
             if isinstance(part, dict) and key in part and part[key] == old:
                 del part[key]
@@ -333,8 +331,8 @@ def adopt_published(exp_id: str, results: Path, retrain_changed: bool = False) -
         raise SystemExit(
             f"{len(changed)} published run(s) of {exp.name} trained another configuration "
             f"({', '.join(changed)}): a setting was added or changed since (one that does not "
-            "change what a run computes belongs in EXECUTION_ONLY); pass --retrain-changed to "
-            "train them again"
+            "change what a run computes is marked EXECUTION_ONLY in synattn_trainer.config); "
+            "pass --retrain-changed to train them again"
         )
     taken = []
     for job, record in found:

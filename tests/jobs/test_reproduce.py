@@ -185,6 +185,20 @@ def test_an_execution_only_setting_at_its_old_value_keeps_published_runs_current
     assert repro.spec_digest(longer) != repro.spec_digest(before)
 
 
+def test_the_config_model_says_which_settings_are_execution_only() -> None:
+    """The digest's list of execution-only settings is read from the config model's marks, so
+    a new setting cannot be added without the model saying whether it changes the numbers;
+    the settings that do (dropout's kernel, compilation, precision) are not marked."""
+    from synattn_trainer.config import TrainConfig, execution_only_defaults
+
+    marked = execution_only_defaults()
+    assert marked[("train", "cudnn_attention")] is False
+    for changes_numbers in ("fast_dropout", "compile", "precision", "seed", "max_updates"):
+        assert ("train", changes_numbers) not in marked
+    schema = TrainConfig.model_json_schema()["$defs"]["TrainLoopConfig"]["properties"]
+    assert schema["cudnn_attention"].get("execution_only") is True
+
+
 def test_the_driver_records_the_cpu_isa_its_runs_trained_with() -> None:
     import torch
 

@@ -7,6 +7,7 @@ own options (see ``synattn_trainer.variants``), so the trainer never branches on
 from __future__ import annotations
 
 import copy
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,11 @@ ATTENTION_TYPES: tuple[AttentionType, ...] = ("enc_self", "dec_self", "enc_dec")
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+EXECUTION_ONLY: dict[str, Any] = {"execution_only": True}
+"""``json_schema_extra`` of a setting that changes how a run executes, not what it computes
+(see ``execution_only_defaults``)."""
 
 
 class DataConfig(Strict):
@@ -130,6 +136,7 @@ class TrainLoopConfig(Strict):
         False,
         description="let SDPA pick cuDNN's fused attention on CUDA (off: cuDNN plans its "
         "kernel per input shape, and batch shapes change every update; results/gpu/)",
+        json_schema_extra=EXECUTION_ONLY,
     )
     fast_dropout: bool = Field(
         True,
@@ -246,6 +253,24 @@ class TrainConfig(Strict):
         attention and one the aggregation (checked when the config is made)."""
         depth = self.model.enc_layers if kind == "enc_self" else self.model.dec_layers
         return [s for s in self.attention.get(kind, []) if s.covers(layer, depth)]
+
+
+@cache
+def execution_only_defaults() -> dict[tuple[str, str], Any]:
+    """Every ``section.key`` setting marked ``EXECUTION_ONLY``, with its default. A run's
+    identity (``bench/reproduce.py``'s spec digest) leaves such a setting out at its default,
+    so adding one to the config does not turn published runs, whose specs predate it, into
+    another configuration; marking it here is all a new setting of this kind needs."""
+    found: dict[tuple[str, str], Any] = {}
+    for section, field in TrainConfig.model_fields.items():
+        model = field.annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue
+        for key, sub in model.model_fields.items():
+            extra = sub.json_schema_extra
+            if isinstance(extra, dict) and extra.get("execution_only"):
+                found[(section, key)] = sub.get_default(call_default_factory=True)
+    return found
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
