@@ -224,9 +224,6 @@ def republish_meta(grid: Path, results: Path, meta: dict[str, Any]) -> dict[str,
     }
 
 
-# Settings that choose only how a run executes, never what it computes, with the value a run
-# published before the setting existed had in effect: at that value the setting is left out
-# of a spec's digest, so adding it to the configuration does not make published runs stale.
 def spec_digest(spec: dict[str, Any]) -> str:
     """What a run trains, independent of where the checkout lies: its stored spec (the resolved
     configuration included) with this repository's path taken out, and every setting the

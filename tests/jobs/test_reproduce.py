@@ -186,9 +186,10 @@ def test_an_execution_only_setting_at_its_old_value_keeps_published_runs_current
 
 
 def test_the_config_model_says_which_settings_are_execution_only() -> None:
-    """The digest's list of execution-only settings is read from the config model's marks, so
-    a new setting cannot be added without the model saying whether it changes the numbers;
-    the settings that do (dropout's kernel, compilation, precision) are not marked."""
+    """The digest's execution-only settings are read from the config model's marks: a new
+    setting that leaves the numbers alone needs only its mark there, and an unmarked one makes
+    published runs another configuration; the settings that do change the numbers (dropout's
+    kernel, compilation, precision) are not marked."""
     from synattn_trainer.config import TrainConfig, execution_only_defaults
 
     marked = execution_only_defaults()
