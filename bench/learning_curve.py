@@ -11,7 +11,9 @@ JSON file there.
 
 Killed? Run the same command again: training resumes exactly from its last checkpoint (kept
 under ``--home``), points already written are kept, a point whose scoring was cut off is
-scored again. Two systems side by side on a 2-core machine: two processes, ``--threads 1``.
+scored again. A fresh checkout has the points but not the checkpoints: the command then stops
+and says so, and ``--restart`` trains again from update 0 with the old points set aside under
+``previous/``. Two systems side by side on a 2-core machine: two processes, ``--threads 1``.
 
     make data
     python bench/learning_curve.py --variant vanilla --seed 1 &
@@ -123,6 +125,39 @@ def rescore_averages(
                                                   "avg_test_bleu")}), flush=True)  # fmt: skip
 
 
+def resume_gap(record_path: Path, points: list[dict[str, Any]], resumed: bool) -> str | None:
+    """Why training cannot continue the curve already written, or None. Points without a
+    checkpoint to resume from (a fresh checkout: ``--home`` lives under build/) would have the
+    run start again at update 0 and append a second copy of every point, from weights that
+    need not match the first trajectory (another CPU's kernels round differently)."""
+    if not points or resumed:
+        return None
+    return (
+        f"{record_path}: points up to update {points[-1]['update']} but no checkpoint to "
+        "resume from under --home; pass --restart to train again from update 0 (the written "
+        f"points are kept under {record_path.parent / 'previous'})"
+    )
+
+
+def set_aside(results: Path, name: str) -> list[Path]:
+    """Move a curve's records (``<name>.json`` and ``<name>-avg.json``) into ``previous/``
+    under the first free number, so a restarted run writes a curve of one trajectory and the
+    old one is kept (and no longer drawn). Returns the new paths."""
+    kept = results / "previous"
+    kept.mkdir(exist_ok=True)
+    n = 1
+    while any(kept.glob(f"{name}.{n}*.json")):
+        n += 1
+    moved = []
+    for suffix in ("", "-avg"):
+        src = results / f"{name}{suffix}.json"
+        if src.is_file():
+            dst = kept / f"{name}.{n}{suffix}.json"
+            os.replace(src, dst)
+            moved.append(dst)
+    return moved
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -137,6 +172,12 @@ def main() -> None:
     ap.add_argument("--home", type=Path, default=REPO / "build" / "curve")
     ap.add_argument("--results", type=Path, default=REPO / "results" / "learning-curve")
     ap.add_argument("--plot-only", action="store_true")
+    ap.add_argument(
+        "--restart",
+        action="store_true",
+        help="where points are written but no checkpoint under --home holds their weights "
+        "(a fresh checkout), train again from update 0; the old records move to previous/",
+    )
     ap.add_argument(
         "--rescore-averages",
         action="store_true",
@@ -237,6 +278,14 @@ def main() -> None:
         plot(args.results)
         return
     resumed = trainer.resume()
+    gap = resume_gap(record_path, points, resumed)
+    if gap and not args.restart:
+        raise SystemExit(gap)
+    if gap:
+        print("set aside: " + ", ".join(map(str, set_aside(args.results, name))), flush=True)
+        points.clear()
+        scored.clear()
+        record.pop("best", None)
     if resumed and trainer.update % args.every == 0 and trainer.update not in scored:
         score(0.0, 0)  # killed while scoring this checkpoint
     record["stopped"] = None
