@@ -145,16 +145,16 @@ def set_aside(results: Path, name: str) -> list[Path]:
     old one is kept (and no longer drawn). Returns the new paths."""
     kept = results / "previous"
     kept.mkdir(exist_ok=True)
+    suffixes = ("", "-avg")
     n = 1
-    while any(kept.glob(f"{name}.{n}*.json")):
+    while any((kept / f"{name}.{n}{suffix}.json").exists() for suffix in suffixes):
         n += 1
     moved = []
-    for suffix in ("", "-avg"):
+    for suffix in suffixes:
         src = results / f"{name}{suffix}.json"
         if src.is_file():
-            dst = kept / f"{name}.{n}{suffix}.json"
-            os.replace(src, dst)
-            moved.append(dst)
+            moved.append(kept / f"{name}.{n}{suffix}.json")
+            os.replace(src, moved[-1])
     return moved
 
 
