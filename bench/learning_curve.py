@@ -200,6 +200,7 @@ def main() -> None:
     from reproduce import git_commit, hardware
 
     from synattn_shared.atomic import atomic_write_text
+    from synattn_trainer import checkpoint as ck
     from synattn_trainer.config import resolve_config
     from synattn_trainer.data import load_corpus
     from synattn_trainer.evaluate import corpus_bleu
@@ -239,6 +240,10 @@ def main() -> None:
     )
     points: list[dict[str, Any]] = record["points"]
     scored = {p["update"] for p in points}
+    # before the Trainer loads the corpora: a fresh checkout stops at once
+    gap = resume_gap(record_path, points, ck.resume_point(run_dir / "checkpoints") is not None)
+    if gap and not args.restart and not args.rescore_averages:
+        raise SystemExit(gap)
     trainer = Trainer(cfg, run_dir, progress=False)
     test_data = load_corpus(cfg.data.test or "", trainer.tok, source_eos=cfg.data.source_eos)
 
@@ -278,9 +283,6 @@ def main() -> None:
         plot(args.results)
         return
     resumed = trainer.resume()
-    gap = resume_gap(record_path, points, resumed)
-    if gap and not args.restart:
-        raise SystemExit(gap)
     if gap:
         print("set aside: " + ", ".join(map(str, set_aside(args.results, name))), flush=True)
         points.clear()

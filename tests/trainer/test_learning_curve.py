@@ -39,9 +39,16 @@ def test_points_without_a_checkpoint_stop_the_run_unless_it_restarts(
             str(tmp_path / "home"), "--results", str(results), "--every", "2",
             "--max-updates", "2", "--patience", "1"]  # fmt: skip
 
+    import synattn_trainer.train as train_module
+
+    def no_trainer(*_: object, **__: object) -> None:
+        raise AssertionError("the stop comes before the Trainer loads the corpora")
+
     monkeypatch.setattr(sys, "argv", args)
-    with pytest.raises(SystemExit) as stop:
-        lc.main()
+    with monkeypatch.context() as m:
+        m.setattr(train_module, "Trainer", no_trainer)
+        with pytest.raises(SystemExit) as stop:
+            lc.main()
     assert "points up to update 1000" in str(stop.value)
     assert "--restart" in str(stop.value)
     assert json.loads((results / "vanilla-s7.json").read_text()) == old  # nothing written
