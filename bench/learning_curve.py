@@ -11,21 +11,29 @@ JSON file there.
 
 Killed? Run the same command again: training resumes exactly from its last checkpoint (kept
 under ``--home``), points already written are kept, a point whose scoring was cut off is
-scored again. A fresh checkout has the points but not the checkpoints: the command then stops
-and says so, and ``--restart`` trains again from update 0 with the old points set aside under
-``previous/``. Two systems side by side on a 2-core machine: two processes, ``--threads 1``.
+scored again. A fresh checkout has the points but not the checkpoints (build/ is not kept):
+the command then stops and says so, unless a session handed its state over. ``--hand-off``
+copies the newest checkpoint (weights, optimizer, schedule, data position, generators: an
+exact resume) to ``<results>/state/<system>-s<seed>.pt`` with its digest, the recipe's and the
+training data's; commit it, and the same command on the next checkout continues the curve from
+there, after checking all three. A curve longer than one session's CPU time needs this.
+``--restart`` trains again from update 0 with the old points set aside under ``previous/``.
+Two systems side by side on a 2-core machine: two processes, ``--threads 1``.
 
     make data
     python bench/learning_curve.py --variant vanilla --seed 1 &
     python bench/learning_curve.py --variant disagreement+routing --seed 1 &
     python bench/learning_curve.py --plot-only
+    python bench/learning_curve.py --variant vanilla --seed 1 --hand-off   # before a session ends
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -98,19 +106,30 @@ def plot(results: Path) -> Path | None:
     return out
 
 
+def average_window(update: int, every: int) -> list[int]:
+    """The checkpoints a point at ``update`` averages: the last 5 saved every ``every`` updates
+    whose update lies in ``[0.75 U, U]`` (the final quarter, DECISIONS §7)."""
+    return [k for k in range(every, update + 1, every) if 0.75 * update - 1e-9 <= k][-5:]
+
+
 def rescore_averages(
-    trainer: Any, test_data: Any, points: list[dict[str, Any]], run: Path
+    trainer: Any, test_data: Any, points: list[dict[str, Any]], run: Path, every: int
 ) -> None:
-    """``avg_*`` fields per point: the average of the last 5 kept checkpoints (any saved:
-    every K updates or at an epoch's end) whose update lies in ``[0.75 U, U]``."""
+    """``avg_*`` fields per point: the average of its ``average_window``. A point some of
+    whose checkpoints are not kept (the ones before a hand-off) is left unscored rather than
+    averaged over fewer, which would not be the same protocol as its neighbours."""
     from synattn_trainer import checkpoint as ck
     from synattn_trainer.evaluate import corpus_bleu
 
     saved = {ck.update_of(p): p for p in ck.checkpoints(run / "checkpoints")}
     for point in points:
         u = point["update"]
-        window = sorted(k for k in saved if 0.75 * u - 1e-9 <= k <= u)[-5:]
+        window = average_window(u, every)
         if len(window) < 2 or point.get("avg_updates") == window:
+            continue
+        missing = [k for k in window if k not in saved]
+        if missing:
+            print(f"update {u}: not averaged, checkpoints {missing} are not kept", flush=True)
             continue
         trainer.model.load_state_dict(ck.average([saved[k] for k in window]))
         vh = trainer.translate(trainer.valid_data)
@@ -137,6 +156,109 @@ def resume_gap(record_path: Path, points: list[dict[str, Any]], resumed: bool) -
         "resume from under --home; pass --restart to train again from update 0 (the written "
         f"points are kept under {record_path.parent / 'previous'})"
     )
+
+
+def recipe_of(resolved: dict[str, Any]) -> dict[str, Any]:
+    """What a continued curve must share with the run it continues: the resolved config less
+    where the data lives (another checkout's paths) and the ``name``."""
+    recipe = {k: v for k, v in resolved.items() if k != "name"}
+    recipe["data"] = {k: v for k, v in resolved["data"].items()
+                      if k not in ("train", "valid", "test", "tokenizer")}  # fmt: skip
+    return recipe
+
+
+def json_digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def corpus_digest(tok_json: str, corpus: Any) -> str:
+    """SHA-256 of what training reads: the vocabulary and, pair by pair, the source and target
+    ids, the subword-to-word maps and the syntax columns (not the shard files' bytes, whose
+    metadata may differ between two equal ``make data`` runs)."""
+    h = hashlib.sha256(tok_json.encode())
+    for k in range(len(corpus)):
+        for arr in (corpus.src[k], corpus.tgt[k], corpus.s2w[k]):
+            h.update(len(arr).to_bytes(4, "little"))
+            h.update(arr.tobytes())
+        h.update(json.dumps(corpus.rows[k], sort_keys=True, default=_plain).encode())
+    return h.hexdigest()
+
+
+def _plain(obj: Any) -> Any:
+    """numpy values as JSON (the shard rows' syntax columns)."""
+    return obj.tolist() if hasattr(obj, "tolist") else str(obj)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def hand_off(source: Path, results: Path, name: str, recipe: str, data: str) -> dict[str, Any]:
+    """Copy the checkpoint ``source`` to ``<results>/state/<name>.pt`` atomically and return
+    the record's ``hand_off`` entry that lets the next checkout trust it. ``recipe``: this
+    command's, which must be the one the checkpoint was trained with."""
+    import torch
+
+    state = torch.load(source, map_location="cpu", weights_only=False)
+    if json_digest(recipe_of(state["config"])) != recipe:
+        raise SystemExit(f"{source}: trained with another configuration than this command's "
+                         "(pass the training command's --config, --variant, --seed, --every, "
+                         "--max-updates)")  # fmt: skip
+    target = results / "state" / f"{name}.pt"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".pt.tmp")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+    return {
+        "update": int(state["update"]),
+        "file": str(target.relative_to(results)),
+        "checkpoint": source.name,
+        "bytes": target.stat().st_size,
+        "sha256": file_sha256(target),
+        "recipe_sha256": recipe,
+        "data_sha256": data,
+    }
+
+
+def hand_off_problem(
+    entry: dict[str, Any], results: Path, recipe: str, data: str, last_point: int
+) -> str | None:
+    """Why the handed-off state cannot continue this curve here, or None."""
+    state = results / entry["file"]
+    if not state.is_file():
+        return f"{state}: the handed-off state is missing"
+    if entry["update"] < last_point:
+        return (f"{state}: handed off at update {entry['update']}, before the curve's last point "
+                f"({last_point}); hand off again from the checkout that scored it")  # fmt: skip
+    if file_sha256(state) != entry["sha256"]:
+        return f"{state}: its SHA-256 differs from the one recorded at the hand-off"
+    if recipe != entry["recipe_sha256"]:
+        return (f"{state}: the configuration differs from the one the curve was trained with "
+                "(same --config, --variant, --seed, --every, --max-updates?)")  # fmt: skip
+    if data != entry["data_sha256"]:
+        return (f"{state}: the training data or vocabulary differs from the one the curve was "
+                "trained on (`make data` gave other ids here)")  # fmt: skip
+    return None
+
+
+def close_segment(record: dict[str, Any], update: int) -> None:
+    """End the record's current stretch of training at ``update`` (a hand-off); the first
+    stretch is named from the record's own command, commit and hardware."""
+    segments: list[dict[str, Any]] = record.setdefault("segments", [])
+    if not segments:
+        segments.append(segment(record, 0))
+    segments[-1]["to_update"] = update
+
+
+def segment(record: dict[str, Any], start: int) -> dict[str, Any]:
+    """A stretch of training from update ``start``: the command, commit and hardware of it."""
+    out: dict[str, Any] = {"from_update": start}
+    out.update((k, record[k]) for k in ("command", "git_commit", "hardware") if k in record)
+    return out
 
 
 def set_aside(results: Path, name: str) -> list[Path]:
@@ -177,6 +299,12 @@ def main() -> None:
         action="store_true",
         help="where points are written but no checkpoint under --home holds their weights "
         "(a fresh checkout), train again from update 0; the old records move to previous/",
+    )
+    ap.add_argument(
+        "--hand-off",
+        action="store_true",
+        help="copy the newest checkpoint under --home to <results>/state/<system>-s<seed>.pt, "
+        "with the digests that let another checkout continue the curve from it, and exit",
     )
     ap.add_argument(
         "--rescore-averages",
@@ -241,10 +369,36 @@ def main() -> None:
     points: list[dict[str, Any]] = record["points"]
     scored = {p["update"] for p in points}
     # before the Trainer loads the corpora: a fresh checkout stops at once
-    gap = resume_gap(record_path, points, ck.resume_point(run_dir / "checkpoints") is not None)
+    ckpt_dir = run_dir / "checkpoints"
+    newest = ck.resume_point(ckpt_dir)
+    entry = None if args.restart or newest is not None else record.get("hand_off")
+    gap = resume_gap(record_path, points, newest is not None or entry is not None)
     if gap and not args.restart and not args.rescore_averages:
         raise SystemExit(gap)
+    if args.hand_off and newest is None:
+        raise SystemExit(f"{ckpt_dir}: no checkpoint to hand off")
     trainer = Trainer(cfg, run_dir, progress=False)
+    if args.hand_off or entry is not None:
+        recipe = json_digest(recipe_of(record["resolved"]))
+        data = corpus_digest(trainer.tok.to_str(), trainer.train_data)
+    if args.hand_off:  # the record's command, commit and hardware stay the training run's
+        assert newest is not None
+        kept = load_points(record_path)
+        kept["hand_off"] = hand_off(newest, args.results, name, recipe, data)
+        close_segment(kept, kept["hand_off"]["update"])
+        atomic_write_text(record_path, json.dumps(kept, indent=2) + "\n")
+        print(json.dumps(kept["hand_off"]), flush=True)
+        return
+    if entry is not None:
+        why = hand_off_problem(entry, args.results, recipe, data,
+                               points[-1]["update"] if points else 0)  # fmt: skip
+        if why:
+            raise SystemExit(why)
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        tmp = ckpt_dir / (entry["checkpoint"] + ".tmp")
+        shutil.copyfile(args.results / entry["file"], tmp)
+        os.replace(tmp, ckpt_dir / entry["checkpoint"])
+        print(f"continuing from the state handed off at update {entry['update']}", flush=True)
     test_data = load_corpus(cfg.data.test or "", trainer.tok, source_eos=cfg.data.source_eos)
 
     def score(train_s: float, updates: int) -> None:
@@ -274,7 +428,7 @@ def main() -> None:
         averaged = load_points(avg_path)
         known = {p["update"]: p for p in averaged["points"]}
         fresh = [known.get(p["update"], {"update": p["update"]}) for p in points]
-        rescore_averages(trainer, test_data, fresh, run_dir)
+        rescore_averages(trainer, test_data, fresh, run_dir, args.every)
         averaged.update(
             points=[p for p in fresh if "avg_updates" in p],
             command="python bench/learning_curve.py " + " ".join(sys.argv[1:]),
@@ -287,7 +441,10 @@ def main() -> None:
         print("set aside: " + ", ".join(map(str, set_aside(args.results, name))), flush=True)
         points.clear()
         scored.clear()
-        record.pop("best", None)
+        for stale in ("best", "hand_off", "segments"):
+            record.pop(stale, None)
+    if record.get("segments") and "to_update" in record["segments"][-1]:
+        record["segments"].append(segment(record, trainer.update))
     if resumed and trainer.update % args.every == 0 and trainer.update not in scored:
         score(0.0, 0)  # killed while scoring this checkpoint
     record["stopped"] = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -82,3 +83,128 @@ def test_set_aside_keeps_every_earlier_curve(tmp_path: Path) -> None:
         assert moved == [tmp_path / "previous" / f"x-s1.{n}.json"]
         assert json.loads(moved[0].read_text()) == {"n": n}
     assert not (tmp_path / "x-s1.json").exists() and other.is_file()
+
+
+def test_a_handed_off_state_continues_the_curve_exactly_on_a_fresh_checkout(
+    m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A curve longer than a session: ``--hand-off`` copies the newest checkpoint into the
+    results with its digests; on a checkout without ``--home`` the same command continues from
+    it, and the points it then scores are those of a run never interrupted."""
+    lc = bench_script("learning_curve")
+    monkeypatch.setattr(lc, "REPO", tmp_path)
+    raw = tiny_config(m30k).model_dump(mode="json")
+    raw["data"]["test"] = str(m30k["valid"])
+    raw["train"]["average_last"] = 1  # the curve's points score single checkpoints
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(raw), encoding="utf-8")
+
+    def command(results: Path, home: Path, *extra: str) -> list[str]:
+        return ["learning_curve.py", "--config", str(config), "--seed", "3", "--home", str(home),
+                "--results", str(results), "--every", "2", "--max-updates", "4",
+                "--patience", "5", *extra]  # fmt: skip
+
+    straight = tmp_path / "straight"
+    monkeypatch.setattr(sys, "argv", command(straight, tmp_path / "home-straight"))
+    lc.main()
+    whole = json.loads((straight / "vanilla-s3.json").read_text())["points"]
+    assert [p["update"] for p in whole] == [2, 4]
+
+    results, home = tmp_path / "curve", tmp_path / "home"
+    with monkeypatch.context() as m:  # the session ends after the first point
+        m.setattr(lc, "converged", lambda points, patience: len(points) >= 1)
+        m.setattr(sys, "argv", command(results, home))
+        lc.main()
+    monkeypatch.setattr(sys, "argv", command(results, home, "--hand-off"))
+    lc.main()
+    record = json.loads((results / "vanilla-s3.json").read_text())
+    entry = record["hand_off"]
+    assert entry["update"] == 2 and entry["checkpoint"] == "resume.pt"  # saved at the stop
+    state = results / entry["file"]
+    assert state == results / "state" / "vanilla-s3.pt"
+    assert entry["bytes"] == state.stat().st_size and entry["sha256"] == lc.file_sha256(state)
+    assert "--hand-off" not in record["command"]  # the training command stays the record's
+    assert [(s["from_update"], s["to_update"]) for s in record["segments"]] == [(0, 2)]
+
+    shutil.rmtree(home)  # the next checkout: results committed, build/ gone
+    monkeypatch.setattr(sys, "argv", command(results, home))
+    lc.main()
+    record = json.loads((results / "vanilla-s3.json").read_text())
+    assert [p["update"] for p in record["points"]] == [2, 4]
+    timeless = ("train_s", "s_per_update", "eval_s")
+    for got, want in zip(record["points"], whole, strict=True):
+        assert {k: v for k, v in got.items() if k not in timeless} == {
+            k: v for k, v in want.items() if k not in timeless
+        }
+    assert [s["from_update"] for s in record["segments"]] == [0, 2]
+    assert "to_update" not in record["segments"][-1]
+
+
+def test_a_handed_off_state_that_does_not_match_is_refused(
+    m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next checkout continues only from the very file handed off, with the recipe and the
+    training ids it was trained on, and never from before the curve's last point: otherwise a
+    one-line reason, and nothing is trained or written."""
+    lc = bench_script("learning_curve")
+    monkeypatch.setattr(lc, "REPO", tmp_path)
+    raw = tiny_config(m30k).model_dump(mode="json")
+    raw["data"]["test"] = str(m30k["valid"])
+    raw["train"]["average_last"] = 1
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    results, home = tmp_path / "curve", tmp_path / "home"
+    args = ["learning_curve.py", "--config", str(config), "--seed", "5", "--home", str(home),
+            "--results", str(results), "--every", "2", "--max-updates", "2"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", args)
+    lc.main()
+    with pytest.raises(SystemExit, match="another configuration"):
+        monkeypatch.setattr(sys, "argv", [*args[:-2], "--max-updates", "4", "--hand-off"])
+        lc.main()
+    monkeypatch.setattr(sys, "argv", [*args, "--hand-off"])
+    lc.main()
+    shutil.rmtree(home)
+    record_path = results / "vanilla-s5.json"
+    before = record_path.read_text()
+
+    def refused(match: str, argv: list[str]) -> None:
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit, match=match):
+            lc.main()
+        assert record_path.read_text() == before and not home.joinpath("checkpoints").exists()
+
+    refused("configuration differs", [*args[:-2], "--max-updates", "4"])
+    with monkeypatch.context() as m:
+        m.setattr(lc, "corpus_digest", lambda tok, corpus: "other ids")
+        refused("training data or vocabulary differs", args)
+    state = results / "state" / "vanilla-s5.pt"
+    good = state.read_bytes()
+    state.write_bytes(good + b"\0")
+    refused("SHA-256", args)
+    state.write_bytes(good)
+    record = json.loads(before)
+    record["points"].append({**record["points"][-1], "update": 4})
+    record_path.write_text(json.dumps(record), encoding="utf-8")
+    before = record_path.read_text()
+    refused("before the curve's last point", args)
+    state.unlink()
+    refused("state is missing", args)
+
+
+def test_averages_come_from_the_final_quarter_and_skip_points_missing_checkpoints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each point averages the last 5 checkpoints in its final quarter; after a hand-off the
+    ones before it are not kept, and those points stay unaveraged instead of averaging fewer."""
+    lc = bench_script("learning_curve")
+    assert lc.average_window(1000, 500) == [1000]
+    assert lc.average_window(2000, 500) == [1500, 2000]
+    assert lc.average_window(10_000, 500) == [8000, 8500, 9000, 9500, 10_000]
+    ckpts = tmp_path / "run" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    for update in (9500, 10_000):
+        (ckpts / f"ckpt-{update:08d}.pt").write_bytes(b"")
+    points = [{"update": 10_000}]
+    lc.rescore_averages(None, None, points, tmp_path / "run", 500)  # no model is loaded
+    assert points == [{"update": 10_000}]
+    assert "checkpoints [8000, 8500, 9000] are not kept" in capsys.readouterr().out
