@@ -33,6 +33,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -227,8 +228,14 @@ def hand_off(source: Path, results: Path, name: str, recipe: str, data: str) -> 
 def hand_off_problem(
     entry: dict[str, Any], results: Path, recipe: str, data: str, last_point: int
 ) -> str | None:
-    """Why the handed-off state cannot continue this curve here, or None."""
+    """Why the handed-off state cannot continue this curve here, or None. The record is a
+    file anyone can edit: its paths stay inside ``<results>/state`` and the checkpoint name is
+    one the trainer writes."""
     state = results / entry["file"]
+    if state.resolve().parent != (results / "state").resolve():
+        return f"{entry['file']}: a handed-off state lies in {results / 'state'}"
+    if not re.fullmatch(r"ckpt-\d{8}\.pt|resume\.pt", entry["checkpoint"]):
+        return f"{entry['checkpoint']!r}: not a checkpoint name the trainer writes"
     if not state.is_file():
         return f"{state}: the handed-off state is missing"
     if entry["update"] < last_point:

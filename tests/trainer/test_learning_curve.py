@@ -189,6 +189,15 @@ def test_a_handed_off_state_that_does_not_match_is_refused(
     refused("before the curve's last point", args)
     state.unlink()
     refused("state is missing", args)
+    outside = (("file", "../vanilla-s5.json", "lies in"),
+               ("checkpoint", "../../escape.pt", "not a checkpoint name"))  # fmt: skip
+    good_record = before
+    for key, value, match in outside:
+        record = json.loads(good_record)
+        record["hand_off"][key] = value
+        record_path.write_text(json.dumps(record), encoding="utf-8")
+        before = record_path.read_text()
+        refused(match, args)
 
 
 def test_averages_come_from_the_final_quarter_and_skip_points_missing_checkpoints(
