@@ -40,6 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from synattn_shared.atomic import atomic_path
+from synattn_shared.manifest import sha256_file
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
@@ -190,14 +193,6 @@ def _plain(obj: Any) -> Any:
     return obj.tolist() if hasattr(obj, "tolist") else str(obj)
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def hand_off(source: Path, results: Path, name: str, recipe: str, data: str) -> dict[str, Any]:
     """Copy the checkpoint ``source`` to ``<results>/state/<name>.pt`` atomically and return
     the record's ``hand_off`` entry that lets the next checkout trust it. ``recipe``: this
@@ -210,16 +205,14 @@ def hand_off(source: Path, results: Path, name: str, recipe: str, data: str) -> 
                          "(pass the training command's --config, --variant, --seed, --every, "
                          "--max-updates)")  # fmt: skip
     target = results / "state" / f"{name}.pt"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".pt.tmp")
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)
     return {
         "update": int(state["update"]),
         "file": str(target.relative_to(results)),
         "checkpoint": source.name,
         "bytes": target.stat().st_size,
-        "sha256": file_sha256(target),
+        "sha256": sha256_file(target),
         "recipe_sha256": recipe,
         "data_sha256": data,
     }
@@ -241,7 +234,7 @@ def hand_off_problem(
     if entry["update"] < last_point:
         return (f"{state}: handed off at update {entry['update']}, before the curve's last point "
                 f"({last_point}); hand off again from the checkout that scored it")  # fmt: skip
-    if file_sha256(state) != entry["sha256"]:
+    if sha256_file(state) != entry["sha256"]:
         return f"{state}: its SHA-256 differs from the one recorded at the hand-off"
     if recipe != entry["recipe_sha256"]:
         return (f"{state}: the configuration differs from the one the curve was trained with "
@@ -401,10 +394,8 @@ def main() -> None:
                                points[-1]["update"] if points else 0)  # fmt: skip
         if why:
             raise SystemExit(why)
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-        tmp = ckpt_dir / (entry["checkpoint"] + ".tmp")
-        shutil.copyfile(args.results / entry["file"], tmp)
-        os.replace(tmp, ckpt_dir / entry["checkpoint"])
+        with atomic_path(ckpt_dir / entry["checkpoint"]) as tmp:
+            shutil.copyfile(args.results / entry["file"], tmp)
         print(f"continuing from the state handed off at update {entry['update']}", flush=True)
     test_data = load_corpus(cfg.data.test or "", trainer.tok, source_eos=cfg.data.source_eos)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from synattn_shared.manifest import sha256_file
 from tests.conftest import bench_script
 from tests.trainer.conftest import tiny_config
 
@@ -122,7 +123,7 @@ def test_a_handed_off_state_continues_the_curve_exactly_on_a_fresh_checkout(
     assert entry["update"] == 2 and entry["checkpoint"] == "resume.pt"  # saved at the stop
     state = results / entry["file"]
     assert state == results / "state" / "vanilla-s3.pt"
-    assert entry["bytes"] == state.stat().st_size and entry["sha256"] == lc.file_sha256(state)
+    assert entry["bytes"] == state.stat().st_size and entry["sha256"] == sha256_file(state)
     assert "--hand-off" not in record["command"]  # the training command stays the record's
     assert [(s["from_update"], s["to_update"]) for s in record["segments"]] == [(0, 2)]
 
