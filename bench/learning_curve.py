@@ -245,6 +245,21 @@ def hand_off_problem(
     return None
 
 
+ROUNDING_KEYS = ("cpu_isa", "device", "threads_per_worker", "torch")
+
+
+def rounding_change(segments: list[dict[str, Any]], now: dict[str, Any]) -> str | None:
+    """What differs, in what sets the floating-point rounding (the vector instruction set,
+    the device, the thread count, torch), between the stretch of training a handed-off state
+    ends and this machine; None when nothing does. A continuation on other kernels is a
+    correct run of the same recipe but not bit for bit the uninterrupted one: its points from
+    the hand-off on are another draw of the same noise (the record's segments say where)."""
+    before = segments[-1].get("hardware", {}) if segments else {}
+    changed = [f"{k} {before[k]} -> {now.get(k)}" for k in ROUNDING_KEYS
+               if k in before and before[k] != now.get(k)]  # fmt: skip
+    return ", ".join(changed) or None
+
+
 def close_segment(record: dict[str, Any], update: int) -> None:
     """End the record's current stretch of training at ``update`` (a hand-off); the first
     stretch is named from the record's own command, commit and hardware."""
@@ -397,6 +412,11 @@ def main() -> None:
         with atomic_path(ckpt_dir / entry["checkpoint"]) as tmp:
             shutil.copyfile(args.results / entry["file"], tmp)
         print(f"continuing from the state handed off at update {entry['update']}", flush=True)
+        change = rounding_change(record.get("segments", []), record["hardware"])
+        if change:
+            print(f"note: trained before on other kernels ({change}); from update "
+                  f"{entry['update']} on the points follow another rounding, not the one an "
+                  "uninterrupted run there would have", flush=True)  # fmt: skip
     test_data = load_corpus(cfg.data.test or "", trainer.tok, source_eos=cfg.data.source_eos)
 
     def score(train_s: float, updates: int) -> None:

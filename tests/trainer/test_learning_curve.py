@@ -87,7 +87,10 @@ def test_set_aside_keeps_every_earlier_curve(tmp_path: Path) -> None:
 
 
 def test_a_handed_off_state_continues_the_curve_exactly_on_a_fresh_checkout(
-    m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    m30k: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A curve longer than a session: ``--hand-off`` copies the newest checkpoint into the
     results with its digests; on a checkout without ``--home`` the same command continues from
@@ -129,7 +132,11 @@ def test_a_handed_off_state_continues_the_curve_exactly_on_a_fresh_checkout(
 
     shutil.rmtree(home)  # the next checkout: results committed, build/ gone
     monkeypatch.setattr(sys, "argv", command(results, home))
+    capsys.readouterr()
     lc.main()
+    said = capsys.readouterr().out
+    assert "continuing from the state handed off at update 2" in said
+    assert "note:" not in said  # the same machine: no other rounding to warn of
     record = json.loads((results / "vanilla-s3.json").read_text())
     assert [p["update"] for p in record["points"]] == [2, 4]
     timeless = ("train_s", "s_per_update", "eval_s")
@@ -139,6 +146,21 @@ def test_a_handed_off_state_continues_the_curve_exactly_on_a_fresh_checkout(
         }
     assert [s["from_update"] for s in record["segments"]] == [0, 2]
     assert "to_update" not in record["segments"][-1]
+
+
+def test_a_continuation_on_other_kernels_is_named() -> None:
+    """A state handed off by an AVX2 machine and continued on an AVX-512 one (as the vanilla
+    curve was at update 8,000) trains the same recipe with other rounding: the restore says
+    which setting changed; thread count, device and torch count too, the CPU's name does not."""
+    lc = bench_script("learning_curve")
+    before = {"cpu": "AMD EPYC", "cpu_isa": "AVX2", "device": "cpu", "threads_per_worker": 2,
+              "torch": "2.13.0+cpu", "python": "3.11.7"}  # fmt: skip
+    segments = [{"from_update": 0, "to_update": 8000, "hardware": before}]
+    assert lc.rounding_change(segments, dict(before, cpu="AMD EPYC 9004", python="3.11.9")) is None
+    assert lc.rounding_change(segments, dict(before, cpu_isa="AVX512")) == "cpu_isa AVX2 -> AVX512"
+    both = lc.rounding_change(segments, dict(before, threads_per_worker=1, device="NVIDIA H100"))
+    assert both == "device cpu -> NVIDIA H100, threads_per_worker 2 -> 1"
+    assert lc.rounding_change([], before) is None  # nothing handed off: nothing to compare
 
 
 def test_a_handed_off_state_that_does_not_match_is_refused(
