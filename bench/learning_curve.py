@@ -260,6 +260,25 @@ def rounding_change(segments: list[dict[str, Any]], now: dict[str, Any]) -> str 
     return ", ".join(changed) or None
 
 
+ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")  # torch.backends.cpu.get_cpu_capability(), narrow first
+
+
+def kernel_hint(segments: list[dict[str, Any]], now: dict[str, Any]) -> str | None:
+    """How to continue on the earlier stretch's kernels, where only the instruction set changed
+    and this machine has the earlier one too: torch's ``ATEN_CPU_CAPABILITY`` picks narrower
+    vector kernels (the vanilla curve's state from an AVX2 EPYC, continued so on an AVX-512
+    one, scored its next point to the last digit as the uninterrupted run had). None otherwise."""
+    if not segments or rounding_change(segments, now) is None:
+        return None
+    before = segments[-1].get("hardware", {})
+    if any(before.get(k) != now.get(k) for k in ROUNDING_KEYS if k != "cpu_isa"):
+        return None
+    old, new = before.get("cpu_isa"), now.get("cpu_isa")
+    if old in ISA_ORDER and new in ISA_ORDER and ISA_ORDER.index(old) < ISA_ORDER.index(new):
+        return f"ATEN_CPU_CAPABILITY={str(old).lower()}"
+    return None
+
+
 def close_segment(record: dict[str, Any], update: int) -> None:
     """End the record's current stretch of training at ``update`` (a hand-off); the first
     stretch is named from the record's own command, commit and hardware."""
@@ -414,9 +433,12 @@ def main() -> None:
         print(f"continuing from the state handed off at update {entry['update']}", flush=True)
         change = rounding_change(record.get("segments", []), record["hardware"])
         if change:
+            hint = kernel_hint(record.get("segments", []), record["hardware"])
             print(f"note: trained before on other kernels ({change}); from update "
                   f"{entry['update']} on the points follow another rounding, not the one an "
-                  "uninterrupted run there would have", flush=True)  # fmt: skip
+                  "uninterrupted run there would have"
+                  + (f" (stop and run the command again with {hint} to keep it)" if hint else ""),
+                  flush=True)  # fmt: skip
     test_data = load_corpus(cfg.data.test or "", trainer.tok, source_eos=cfg.data.source_eos)
 
     def score(train_s: float, updates: int) -> None:

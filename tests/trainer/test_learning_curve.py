@@ -151,7 +151,8 @@ def test_a_handed_off_state_continues_the_curve_exactly_on_a_fresh_checkout(
 def test_a_continuation_on_other_kernels_is_named() -> None:
     """A state handed off by an AVX2 machine and continued on an AVX-512 one (as the vanilla
     curve was at update 8,000) trains the same recipe with other rounding: the restore says
-    which setting changed; thread count, device and torch count too, the CPU's name does not."""
+    which setting changed (thread count, device and torch count too, the CPU's name does not)
+    and, where it can, how to keep the earlier kernels."""
     lc = bench_script("learning_curve")
     before = {"cpu": "AMD EPYC", "cpu_isa": "AVX2", "device": "cpu", "threads_per_worker": 2,
               "torch": "2.13.0+cpu", "python": "3.11.7"}  # fmt: skip
@@ -161,6 +162,12 @@ def test_a_continuation_on_other_kernels_is_named() -> None:
     both = lc.rounding_change(segments, dict(before, threads_per_worker=1, device="NVIDIA H100"))
     assert both == "device cpu -> NVIDIA H100, threads_per_worker 2 -> 1"
     assert lc.rounding_change([], before) is None  # nothing handed off: nothing to compare
+    # only a wider instruction set now: torch can be told to use the earlier kernels
+    assert lc.kernel_hint(segments, dict(before, cpu_isa="AVX512")) == "ATEN_CPU_CAPABILITY=avx2"
+    assert lc.kernel_hint(segments, before) is None
+    narrower = [{"hardware": dict(before, cpu_isa="AVX512")}]
+    assert lc.kernel_hint(narrower, before) is None  # AVX-512 kernels cannot run on AVX2
+    assert lc.kernel_hint(segments, dict(before, cpu_isa="AVX512", threads_per_worker=1)) is None
 
 
 def test_a_handed_off_state_that_does_not_match_is_refused(
