@@ -37,6 +37,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +280,16 @@ def kernel_hint(segments: list[dict[str, Any]], now: dict[str, Any]) -> str | No
     return None
 
 
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
+
+
+def launch_command(argv: list[str], env: Mapping[str, str]) -> str:
+    """The command as a reader would type it again, with the environment settings that choose
+    the CPU kernels (and so the rounding) in front: without them a rerun is another draw."""
+    kernels = [f"{k}={env[k]}" for k in KERNEL_ENV if env.get(k)]
+    return " ".join([*kernels, "python bench/learning_curve.py", *argv])
+
+
 def close_segment(record: dict[str, Any], update: int) -> None:
     """End the record's current stretch of training at ``update`` (a hand-off); the first
     stretch is named from the record's own command, commit and hardware."""
@@ -395,7 +406,7 @@ def main() -> None:
         config=str(args.config.resolve().relative_to(REPO)),
         every=args.every,
         patience=args.patience,
-        command="python bench/learning_curve.py " + " ".join(sys.argv[1:]),
+        command=launch_command(sys.argv[1:], os.environ),
         git_commit=git_commit(),
         hardware=hardware(args.threads, 1),
         resolved=cfg.model_dump(mode="json"),
@@ -471,7 +482,7 @@ def main() -> None:
         rescore_averages(trainer, test_data, fresh, run_dir, args.every)
         averaged.update(
             points=[p for p in fresh if "avg_updates" in p],
-            command="python bench/learning_curve.py " + " ".join(sys.argv[1:]),
+            command=launch_command(sys.argv[1:], os.environ),
         )
         atomic_write_text(avg_path, json.dumps(averaged, indent=2) + "\n")
         plot(args.results)

@@ -170,6 +170,20 @@ def test_a_continuation_on_other_kernels_is_named() -> None:
     assert lc.kernel_hint(segments, dict(before, cpu_isa="AVX512", threads_per_worker=1)) is None
 
 
+def test_the_recorded_command_keeps_the_kernel_choice() -> None:
+    """A curve continued with ``ATEN_CPU_CAPABILITY=avx2`` records it in its command, so the
+    stretch can be run again on the same kernels; other variables stay out."""
+    lc = bench_script("learning_curve")
+    argv = ["--variant", "vanilla", "--seed", "1"]
+    assert lc.launch_command(argv, {"HOME": "/root"}) == (
+        "python bench/learning_curve.py --variant vanilla --seed 1"
+    )
+    env = {"ATEN_CPU_CAPABILITY": "avx2", "PATH": "/bin", "MKL_CBWR": ""}
+    assert lc.launch_command(argv, env) == (
+        "ATEN_CPU_CAPABILITY=avx2 python bench/learning_curve.py --variant vanilla --seed 1"
+    )
+
+
 def test_a_handed_off_state_that_does_not_match_is_refused(
     m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
