@@ -117,16 +117,46 @@ def average_window(update: int, every: int) -> list[int]:
     return [k for k in range(every, update + 1, every) if 0.75 * update - 1e-9 <= k][-5:]
 
 
+def kept_checkpoints(run: Path, handed_off: tuple[int, Path] | None = None) -> dict[int, Path]:
+    """The run's checkpoints by update, with a handed-off state standing in for the one
+    scheduled at its update (``rescore_averages``)."""
+    from synattn_trainer import checkpoint as ck
+
+    saved = {ck.update_of(p): p for p in ck.checkpoints(run / "checkpoints")}
+    if handed_off is not None:
+        saved.setdefault(*handed_off)
+    return saved
+
+
+def handed_off_state(entry: dict[str, Any] | None, results: Path) -> tuple[int, Path] | None:
+    """The update and file of the record's handed-off state where the file is the one handed
+    off (inside ``<results>/state``, its SHA-256 as recorded); None otherwise."""
+    if not entry:
+        return None
+    state = results / entry["file"]
+    inside = state.resolve().parent == (results / "state").resolve()
+    if not (inside and state.is_file() and sha256_file(state) == entry["sha256"]):
+        return None
+    return int(entry["update"]), state
+
+
 def rescore_averages(
-    trainer: Any, test_data: Any, points: list[dict[str, Any]], run: Path, every: int
+    trainer: Any,
+    test_data: Any,
+    points: list[dict[str, Any]],
+    run: Path,
+    every: int,
+    handed_off: tuple[int, Path] | None = None,
 ) -> None:
     """``avg_*`` fields per point: the average of its ``average_window``. A point some of
     whose checkpoints are not kept (the ones before a hand-off) is left unscored rather than
-    averaged over fewer, which would not be the same protocol as its neighbours."""
+    averaged over fewer, which would not be the same protocol as its neighbours.
+    ``handed_off``: the update and file of a handed-off state, the weights of the checkpoint
+    scheduled at that update (saved in the same update), which stands in for it."""
     from synattn_trainer import checkpoint as ck
     from synattn_trainer.evaluate import corpus_bleu
 
-    saved = {ck.update_of(p): p for p in ck.checkpoints(run / "checkpoints")}
+    saved = kept_checkpoints(run, handed_off)
     for point in points:
         u = point["update"]
         window = average_window(u, every)
@@ -479,7 +509,8 @@ def main() -> None:
         averaged = load_points(avg_path)
         known = {p["update"]: p for p in averaged["points"]}
         fresh = [known.get(p["update"], {"update": p["update"]}) for p in points]
-        rescore_averages(trainer, test_data, fresh, run_dir, args.every)
+        rescore_averages(trainer, test_data, fresh, run_dir, args.every,
+                         handed_off_state(record.get("hand_off"), args.results))  # fmt: skip
         averaged.update(
             points=[p for p in fresh if "avg_updates" in p],
             command=launch_command(sys.argv[1:], os.environ),

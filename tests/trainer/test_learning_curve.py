@@ -248,7 +248,8 @@ def test_averages_come_from_the_final_quarter_and_skip_points_missing_checkpoint
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Each point averages the last 5 checkpoints in its final quarter; after a hand-off the
-    ones before it are not kept, and those points stay unaveraged instead of averaging fewer."""
+    ones before it are not kept, and those points stay unaveraged instead of averaging fewer.
+    The handed-off state itself (verified) stands in for the checkpoint at its update."""
     lc = bench_script("learning_curve")
     assert lc.average_window(1000, 500) == [1000]
     assert lc.average_window(2000, 500) == [1500, 2000]
@@ -261,3 +262,23 @@ def test_averages_come_from_the_final_quarter_and_skip_points_missing_checkpoint
     lc.rescore_averages(None, None, points, tmp_path / "run", 500)  # no model is loaded
     assert points == [{"update": 10_000}]
     assert "checkpoints [8000, 8500, 9000] are not kept" in capsys.readouterr().out
+    # a handed-off state holds the weights of the checkpoint at its update: it stands in
+    state = tmp_path / "state.pt"
+    assert lc.kept_checkpoints(tmp_path / "run", (8000, state)) == {
+        8000: state,
+        9500: ckpts / "ckpt-00009500.pt",
+        10_000: ckpts / "ckpt-00010000.pt",
+    }
+    (ckpts / "ckpt-00008000.pt").write_bytes(b"")  # a checkpoint of its own wins
+    assert lc.kept_checkpoints(tmp_path / "run", (8000, state))[8000] == ckpts / "ckpt-00008000.pt"
+    # only the state handed off stands in: inside <results>/state, its digest as recorded
+    (tmp_path / "state").mkdir()
+    good = tmp_path / "state" / "v.pt"
+    good.write_bytes(b"w")
+    entry = {"update": 8000, "file": "state/v.pt", "sha256": sha256_file(good)}
+    assert lc.handed_off_state(entry, tmp_path) == (8000, good)
+    assert lc.handed_off_state(None, tmp_path) is None
+    assert lc.handed_off_state({**entry, "sha256": "0" * 64}, tmp_path) is None
+    (tmp_path / "v.pt").write_bytes(b"w")
+    assert lc.handed_off_state({**entry, "file": "state/../v.pt"}, tmp_path) is None
+    assert lc.kept_checkpoints(tmp_path / "run", (8000, state))[8000] == ckpts / "ckpt-00008000.pt"
