@@ -443,6 +443,13 @@ def main() -> None:
     )
     points: list[dict[str, Any]] = record["points"]
     scored = {p["update"] for p in points}
+    if not (args.restart or args.hand_off or args.rescore_averages) and converged(
+        points, args.patience
+    ):  # nothing to train (its handed-off state may be gone): the record stays as it is
+        best = points[best_index(points)]["update"]
+        print(f"{name}: converged at update {points[-1]['update']} (best validation BLEU at "
+              f"update {best}); --restart trains it again", flush=True)  # fmt: skip
+        return
     # before the Trainer loads the corpora: a fresh checkout stops at once
     ckpt_dir = run_dir / "checkpoints"
     newest = ck.resume_point(ckpt_dir)

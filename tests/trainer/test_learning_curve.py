@@ -70,6 +70,35 @@ def test_points_without_a_checkpoint_stop_the_run_unless_it_restarts(
     assert [p["update"] for p in again["points"]] == [2]
 
 
+def test_a_converged_curve_is_left_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once a curve has met its patience, the command says so and exits without loading a
+    corpus or touching the record (its handed-off state may have been removed since)."""
+    lc = bench_script("learning_curve")
+    results = tmp_path / "curve"
+    results.mkdir()
+    points = [_point(500), _point(1000), {"update": 1500, "valid_bleu": 0.5, "test_bleu": 1.0}]
+    record = {"points": points, "stopped": "converged",
+              "hand_off": {"update": 1000, "file": "state/vanilla-s1.pt"}}  # fmt: skip
+    (results / "vanilla-s1.json").write_text(json.dumps(record), encoding="utf-8")
+    before = (results / "vanilla-s1.json").read_text()
+
+    import synattn_trainer.train as train_module
+
+    def no_trainer(*_: object, **__: object) -> None:
+        raise AssertionError("nothing to train: no corpus is loaded")
+
+    monkeypatch.setattr(train_module, "Trainer", no_trainer)
+    args = ["--results", str(results), "--home", str(tmp_path / "home"), "--patience", "1"]
+    monkeypatch.setattr(sys, "argv", ["learning_curve.py", *args])
+    lc.main()
+    assert "vanilla-s1: converged at update 1500 (best validation BLEU at update 1000)" in (
+        capsys.readouterr().out
+    )
+    assert (results / "vanilla-s1.json").read_text() == before
+
+
 def test_set_aside_keeps_every_earlier_curve(tmp_path: Path) -> None:
     """A second restart keeps the first set-aside curve: each gets the next free number, and
     another system's curve stays where it is."""
