@@ -101,7 +101,7 @@ def load(results: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return out
 
 
-STUDY = "study-conv"  # the near-converged study (examples/experiments/study-conv.yaml)
+STUDY = "study-conv"  # the 3,500-update study (examples/experiments/study-conv.yaml)
 EARLY = "headline-tiny8"  # 600 updates under the previous protocol, kept as a labelled table
 EARLY_NOTE = (
     "**Early training, previous protocol** (`headline-tiny8`: 600 updates, kept for the record; "
