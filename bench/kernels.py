@@ -3,8 +3,8 @@
 torch picks its vector kernels (``DEFAULT``, ``AVX2``, ``AVX512``) from the CPU, and
 ``ATEN_CPU_CAPABILITY`` narrows the choice. The kernels round differently, so a run continued
 on a machine with a wider set follows another trajectory unless it is told to use the earlier
-one (``bench/learning_curve.py`` says how); this prints what that costs, or gains. The model is
-the study's (m30k-conv's shape: 3+3 layers, d=128, 8 heads, dropout 0.3) on real Multi30k
+one (``bench/learning_curve.py`` says how); this prints what that costs, or gains. The model and
+optimiser are the study's (read from m30k-conv.yaml: 3+3 layers, d=128, 8 heads) on real Multi30k
 batches of ~4,096 tokens, timed through ``Trainer.step`` as in ``bench/variants.py``; each
 kernel set runs in its own process (the variable is read when torch loads), interleaved over
 repeats; medians, and the ratio to the machine's own choice.
@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_curve import ISA_ORDER
 
 REPO = Path(__file__).resolve().parents[1]
+STUDY_CONFIG = REPO / "examples" / "configs" / "m30k-conv.yaml"  # its model and optimiser
 
 
 def kernel_sets(native: str) -> list[str]:
@@ -37,9 +38,8 @@ def kernel_sets(native: str) -> list[str]:
 
 def child(args: argparse.Namespace) -> None:
     """One measurement in this process's kernels: JSON on stdout."""
-    import tempfile
-
     import torch
+    import yaml
 
     torch.set_num_threads(args.threads)
     from variants import measure, prepare, tokenizer_path
@@ -47,15 +47,14 @@ def child(args: argparse.Namespace) -> None:
     from synattn_trainer.config import TrainConfig
 
     shards = prepare(args.data_dir, args.pairs)
+    study = yaml.safe_load(STUDY_CONFIG.read_text(encoding="utf-8"))
     cfg = TrainConfig.model_validate({
         "data": {"train": str(shards), "valid": str(shards), "max_len": 128,
                  "tokenizer": str(tokenizer_path(args.pairs))},
-        "model": {"enc_layers": 3, "dec_layers": 3, "d_model": 128, "d_ff": 512, "heads": 8,
-                  "dropout": 0.3, "attn_dropout": 0.1},
-        "optim": {"lr": 0.005, "warmup": 2000, "label_smoothing": 0.1},
+        "model": study["model"],
+        "optim": study["optim"],
     })  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="bench-kernels-"):
-        rate = measure(cfg, args.warmup, args.updates, args.max_tokens)
+    rate = measure(cfg, args.warmup, args.updates, args.max_tokens)
     print(json.dumps({"isa": str(torch.backends.cpu.get_cpu_capability()), "tokens_s": rate}))
 
 

@@ -131,13 +131,9 @@ def kept_checkpoints(run: Path, handed_off: tuple[int, Path] | None = None) -> d
 def handed_off_state(entry: dict[str, Any] | None, results: Path) -> tuple[int, Path] | None:
     """The update and file of the record's handed-off state where the file is the one handed
     off (inside ``<results>/state``, its SHA-256 as recorded); None otherwise."""
-    if not entry:
+    if not entry or state_problem(entry, results):
         return None
-    state = results / entry["file"]
-    inside = state.resolve().parent == (results / "state").resolve()
-    if not (inside and state.is_file() and sha256_file(state) == entry["sha256"]):
-        return None
-    return int(entry["update"]), state
+    return int(entry["update"]), results / entry["file"]
 
 
 def rescore_averages(
@@ -249,6 +245,20 @@ def hand_off(source: Path, results: Path, name: str, recipe: str, data: str) -> 
     }
 
 
+def state_problem(entry: dict[str, Any], results: Path) -> str | None:
+    """Why the record's handed-off state file is not the one handed off, or None: it lies
+    inside ``<results>/state`` (the record is a file anyone can edit), exists, and has the
+    SHA-256 recorded at the hand-off."""
+    state = results / entry["file"]
+    if state.resolve().parent != (results / "state").resolve():
+        return f"{entry['file']}: a handed-off state lies in {results / 'state'}"
+    if not state.is_file():
+        return f"{state}: the handed-off state is missing"
+    if sha256_file(state) != entry["sha256"]:
+        return f"{state}: its SHA-256 differs from the one recorded at the hand-off"
+    return None
+
+
 def hand_off_problem(
     entry: dict[str, Any], results: Path, recipe: str, data: str, last_point: int
 ) -> str | None:
@@ -256,17 +266,14 @@ def hand_off_problem(
     file anyone can edit: its paths stay inside ``<results>/state`` and the checkpoint name is
     one the trainer writes."""
     state = results / entry["file"]
-    if state.resolve().parent != (results / "state").resolve():
-        return f"{entry['file']}: a handed-off state lies in {results / 'state'}"
     if not re.fullmatch(r"ckpt-\d{8}\.pt|resume\.pt", entry["checkpoint"]):
         return f"{entry['checkpoint']!r}: not a checkpoint name the trainer writes"
-    if not state.is_file():
-        return f"{state}: the handed-off state is missing"
+    why = state_problem(entry, results)
+    if why:
+        return why
     if entry["update"] < last_point:
         return (f"{state}: handed off at update {entry['update']}, before the curve's last point "
                 f"({last_point}); hand off again from the checkout that scored it")  # fmt: skip
-    if sha256_file(state) != entry["sha256"]:
-        return f"{state}: its SHA-256 differs from the one recorded at the hand-off"
     if recipe != entry["recipe_sha256"]:
         return (f"{state}: the configuration differs from the one the curve was trained with "
                 "(same --config, --variant, --seed, --every, --max-updates?)")  # fmt: skip
@@ -299,9 +306,7 @@ def kernel_hint(segments: list[dict[str, Any]], now: dict[str, Any]) -> str | No
     and this machine has the earlier one too: torch's ``ATEN_CPU_CAPABILITY`` picks narrower
     vector kernels (the vanilla curve's state from an AVX2 EPYC, continued so on an AVX-512
     one, scored its next point to the last digit as the uninterrupted run had). None otherwise."""
-    if not segments or rounding_change(segments, now) is None:
-        return None
-    before = segments[-1].get("hardware", {})
+    before = segments[-1].get("hardware", {}) if segments else {}
     if any(before.get(k) != now.get(k) for k in ROUNDING_KEYS if k != "cpu_isa"):
         return None
     old, new = before.get("cpu_isa"), now.get("cpu_isa")
@@ -430,6 +435,14 @@ def main() -> None:
     run_dir = args.home / name
     record_path = args.results / f"{name}.json"
     record = load_points(record_path)
+    points: list[dict[str, Any]] = record["points"]
+    if not (args.restart or args.hand_off or args.rescore_averages) and converged(
+        points, args.patience
+    ):  # nothing to train (its handed-off state may be gone): the record stays as it is
+        best = points[best_index(points)]["update"]
+        print(f"{name}: converged at update {points[-1]['update']} (best validation BLEU at "
+              f"update {best}); --restart trains it again", flush=True)  # fmt: skip
+        return
     record.update(
         system=args.variant,
         seed=args.seed,
@@ -441,15 +454,7 @@ def main() -> None:
         hardware=hardware(args.threads, 1),
         resolved=cfg.model_dump(mode="json"),
     )
-    points: list[dict[str, Any]] = record["points"]
     scored = {p["update"] for p in points}
-    if not (args.restart or args.hand_off or args.rescore_averages) and converged(
-        points, args.patience
-    ):  # nothing to train (its handed-off state may be gone): the record stays as it is
-        best = points[best_index(points)]["update"]
-        print(f"{name}: converged at update {points[-1]['update']} (best validation BLEU at "
-              f"update {best}); --restart trains it again", flush=True)  # fmt: skip
-        return
     # before the Trainer loads the corpora: a fresh checkout stops at once
     ckpt_dir = run_dir / "checkpoints"
     newest = ck.resume_point(ckpt_dir)
