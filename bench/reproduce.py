@@ -15,12 +15,21 @@ On a fresh checkout (``--home`` gone, ``results/`` committed), the study goes on
 published: each finished run's record (``results/<name>/runs/<run>.json``, its result and
 timing) and its translations under every final-model selection let the new queue take that
 run as done, without training it again, when its resolved configuration is the same. Only
-the runs that never finished are trained. A published run whose configuration changed stops
-the driver with the runs named, unless ``--retrain-changed`` asks to train them again.
+the runs that never finished are trained.
+
+A published run whose configuration changed stops the driver with the runs named, unless
+``--retrain-changed`` asks to train them again.
+
+A session that must end before its runs do hands them over: ``--hand-off-after SECONDS`` stops
+the workers after that long (each run saves where it is) and copies what each unfinished run
+needs to go on into ``results/<name>/handoff/`` (``bench/study_handoff.py``; ``--hand-off``
+does the same for a driver stopped otherwise). Committed, the hand-off lets the next checkout
+resume those runs exactly, instead of from update 0.
 
     make data
     python bench/reproduce.py examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
     python bench/reproduce.py examples/experiments/headline-tiny8.yaml --publish-only
+    python bench/reproduce.py examples/experiments/study-conv5k.yaml --hand-off-after 9000
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import study_handoff  # noqa: E402
 
 
 def settings_env(home: Path) -> dict[str, str]:
@@ -177,6 +188,8 @@ def publish(
                 record = write_ledger(job, out, trained_with)
         wall = (job.finished_at - job.started_at) if job.finished_at and job.started_at else None
         wall = wall or res.get("wall_s")  # a record rebuilt without its timestamps keeps its wall
+        if wall and job.state == "succeeded":  # the stretches earlier checkouts handed off
+            wall += float(record.get("earlier_wall_s") or 0.0)
         runs.append({"name": job.name, "variant": job.variant, "seed": job.seed,
                      "state": job.state, "bleu": res.get("bleu"), "updates": res.get("update"),
                      "wall_s": round(wall, 1) if wall else None, "attempts": job.attempts,
@@ -300,7 +313,16 @@ def write_ledger(
         "started_at": job.started_at, "finished_at": job.finished_at,
         "trained_with": trained_with, "result": res,
     }  # fmt: skip
+    history = study_handoff.load_record(out, job.name)
+    if history is None:  # the same finish published again keeps its stretches
+        old = _ledger(out, job.name)
+        history = old if old.get("finished_at") == job.finished_at else None
+    if history and history.get("segments") and history.get("spec_digest") == record["spec_digest"]:
+        # trained over several checkouts: the stretches before the last one, and their time
+        record["segments"] = history["segments"]
+        record["earlier_wall_s"] = round(sum(float(g["wall_s"]) for g in history["segments"]), 1)
     atomic_write_text(runs / f"{job.name}.json", json.dumps(record, indent=1) + "\n")
+    study_handoff.forget(out, job.name)  # published: its hand-off is no longer needed
     return record
 
 
@@ -348,6 +370,59 @@ def adopt_published(exp_id: str, results: Path, retrain_changed: bool = False) -
                                 record.get("attempts") or 1):  # fmt: skip
             taken.append(job.name)
     return taken
+
+
+def restore_handed_off(exp_id: str, results: Path, now: dict[str, Any]) -> list[str]:
+    """Put every hand-off under ``results/<name>/handoff/`` into its queued run's directory, so
+    that the run resumes where an earlier checkout stopped it. Returns the runs restored. A
+    hand-off that does not check out (another configuration, a file changed or missing) stops
+    the driver with the reason rather than training the run again from update 0; ``now``: this
+    machine's hardware, to say where the rounding differs from the handed-off stretch's."""
+    store = study_store()
+    exp = store.experiment(exp_id)
+    assert exp is not None
+    out = (results / exp.name).resolve()
+    restored = []
+    for job in store.jobs(experiment_id=exp.id, state="queued"):
+        record = study_handoff.load_record(out, job.name)
+        if record is None:
+            continue
+        why = study_handoff.problem(record, out, spec_digest(job.spec))
+        if why:
+            raise SystemExit(f"hand-off: {why}")
+        if study_handoff.restore(record, out, Path(job.out_dir)):
+            restored.append(job.name)
+            change = study_handoff.rounding_change(record, now)
+            if change:
+                print(f"note: {job.name} continues on other kernels than it trained with "
+                      f"({change}); from update {record['update']} on it is another draw of "
+                      "the same noise, not the run it would have been", flush=True)  # fmt: skip
+    return restored
+
+
+def hand_off_stopped(exp_id: str, results: Path, meta: dict[str, Any]) -> list[str]:
+    """Hand off every queued run of the experiment that has trained (stopped by a warm worker
+    shutdown), for the next checkout to resume. Returns ``run@update`` for each."""
+    store = study_store()
+    exp = store.experiment(exp_id)
+    assert exp is not None
+    out = (results / exp.name).resolve()
+    handed = []
+    for job in store.jobs(experiment_id=exp.id, state="queued"):
+        found = study_handoff.resume_state(Path(job.out_dir))
+        if found is None:
+            continue
+        # this stretch: from the run's last claim to its save (a run never claimed in this
+        # queue, restored and not trained, keeps its hand-off as it was)
+        wall = found[0].stat().st_mtime - job.started_at if job.started_at else 0.0
+        stretch = study_handoff.stretch(wall, meta["command"], meta["git_commit"],
+                                        meta["hardware"])  # fmt: skip
+        record = study_handoff.hand_off(job.name, Path(job.out_dir), out, spec_digest(job.spec),
+                                        job.spec["resolved"], stretch)  # fmt: skip
+        if record is not None:
+            size = sum(f["bytes"] for f in record["files"]) / 1e6
+            handed.append(f"{job.name}@{record['update']} ({size:.0f} MB)")
+    return handed
 
 
 def put_first(exp_id: str, names: list[str]) -> None:
@@ -400,6 +475,18 @@ def main() -> None:
         help="train again the published runs whose configuration changed (refused without it)",
     )
     ap.add_argument(
+        "--hand-off-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after this long, stop the workers (each run saves where it is), hand the\n"
+        "unfinished runs off into results/<name>/handoff/ for the next checkout, and exit",
+    )
+    ap.add_argument(
+        "--hand-off", action="store_true",
+        help="hand off the stopped runs under --home (a driver stopped otherwise) and exit",
+    )  # fmt: skip
+    ap.add_argument(
         "--first", nargs="+", default=[], metavar="RUN",
         help="train these runs (e.g. fixed-word-s2) before the others, in this order",
     )  # fmt: skip
@@ -410,13 +497,23 @@ def main() -> None:
     taken = adopt_published(exp_id, args.results, args.retrain_changed)
     if taken:
         print(f"{len(taken)} runs taken as done from {args.results}: {', '.join(taken)}")
-    if args.first:
-        put_first(exp_id, args.first)
-    meta = {
-        "command": "python bench/reproduce.py " + " ".join(map(shlex.quote, sys.argv[1:])),
+    kernels = [f"{k}={v}" for k, v in study_handoff.kernel_env(os.environ).items()]
+    meta: dict[str, Any] = {
+        "command": " ".join([*kernels, "python bench/reproduce.py",
+                             *map(shlex.quote, sys.argv[1:])]),
         "git_commit": git_commit(),
         "hardware": hardware(args.threads, args.workers),
-    }
+    }  # fmt: skip
+    if args.hand_off:
+        handed = hand_off_stopped(exp_id, args.results, meta)
+        print(f"handed off: {', '.join(handed) or 'nothing (no stopped run has trained)'}")
+        return
+    now = {**meta["hardware"], "kernel_env": study_handoff.kernel_env(os.environ)}
+    restored = restore_handed_off(exp_id, args.results, now) if not args.publish_only else []
+    if restored:
+        print(f"{len(restored)} runs continue from their hand-off: {', '.join(restored)}")
+    if restored or args.first:
+        put_first(exp_id, [*restored, *(n for n in args.first if n not in restored)])
     if args.publish_only:
         meta = republish_meta(args.grid, args.results, meta)
         info = publish(exp_id, args.results, meta)
@@ -438,6 +535,7 @@ def main() -> None:
     store = study_store()
     started = time.time()
     ended = -1
+    handing_off = False
     try:
         while True:
             states = [j.state for j in store.jobs(experiment_id=exp_id)]
@@ -451,12 +549,18 @@ def main() -> None:
                       "runs done", flush=True)  # fmt: skip
             if any(w.poll() is not None for w in workers):
                 raise SystemExit("a worker exited; see " + str(logs))
+            if args.hand_off_after is not None and time.time() - started >= args.hand_off_after:
+                handing_off = True
+                break
             time.sleep(args.poll)
     finally:
         for w in workers:
             w.terminate()
-        for w in workers:
-            w.wait(timeout=120)
+        for w in workers:  # a run that is translating finishes that first
+            w.wait(timeout=1800 if handing_off else 120)
+    if handing_off:
+        handed = hand_off_stopped(exp_id, args.results, meta)
+        print(f"handed off: {', '.join(handed) or 'nothing'}", flush=True)
     info = publish(exp_id, args.results, meta, trained_with)
     where = args.results / info["experiment"]
     print(f"{info['finished']}/{info['planned']} runs published to {where}")

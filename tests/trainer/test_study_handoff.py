@@ -1,0 +1,241 @@
+"""bench/study_handoff.py: a study's unfinished run carried from one checkout to the next."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from synattn_trainer.checkpoint import checkpoints, update_of
+from synattn_trainer.train import Trainer
+from tests.conftest import bench_script
+from tests.trainer.conftest import tiny_config
+
+STRETCH = {"wall_s": 12.5, "command": "python bench/reproduce.py x.yaml", "git_commit": "abc",
+           "hardware": {"cpu_isa": "AVX2", "device": "cpu", "threads_per_worker": 1,
+                        "torch": torch.__version__},
+           "kernel_env": {"ATEN_CPU_CAPABILITY": "avx2"}}  # fmt: skip
+
+
+def _config(m30k: dict[str, Path]) -> Any:
+    return tiny_config(
+        m30k,
+        train={"max_updates": 14, "checkpoint_every_updates": 3, "average_last": 2, "seed": 3,
+               "keep_checkpoints": 10, "extra_selections": ["best_valid", "last"]},
+        data={"max_tokens": 300},
+    )  # fmt: skip
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return dict(torch.load(path, map_location="cpu", weights_only=False)["model"])
+
+
+def test_a_handed_off_run_finishes_bit_for_bit_as_the_uninterrupted_one(
+    m30k: dict[str, Path], tmp_path: Path
+) -> None:
+    """Stopped at update 13 in one checkout, handed off, and restored into another checkout's
+    empty run directory, the run ends with the very weights, averaged model and
+    best-validation model of a run that was never stopped. The hand-off holds the resume
+    state in full, but only the weights of the one checkpoint the final average can still
+    take (update 12: the last quarter of 14 updates starts at 10.5), and the log."""
+    hof = bench_script("study_handoff")
+    cfg = _config(m30k)
+    whole = Trainer(cfg, tmp_path / "whole", progress=False).train()
+
+    first = tmp_path / "checkout1" / "run"
+    assert Trainer(cfg, first, progress=False).train(stop_after_updates=13).stopped == (
+        "interrupted"
+    )
+    out = tmp_path / "results" / "study"
+    resolved = cfg.model_dump(mode="json")
+    record = hof.hand_off("vanilla-s1", first, out, "d1", resolved, STRETCH)
+    assert record["update"] == 13
+    moved = {f["to"]: f for f in record["files"]}
+    assert set(moved) == {"checkpoints/resume.pt", "checkpoints/ckpt-00000012.pt", "best.pt",
+                          "metrics.jsonl", "config.json"}  # fmt: skip
+    twelve = torch.load(out / moved["checkpoints/ckpt-00000012.pt"]["file"], weights_only=False)
+    assert set(twelve) == {"model", "update"}  # weights alone: no optimiser state
+    assert record["segments"] == [{"from_update": 0, "to_update": 13, **STRETCH}]
+    on_disk = json.loads((out / "handoff" / "vanilla-s1.json").read_text())
+    assert on_disk == record
+
+    second = tmp_path / "checkout2" / "run"  # the next checkout: build/ is gone
+    shutil.rmtree(tmp_path / "checkout1")
+    assert hof.problem(record, out, "d1") is None
+    assert hof.restore(record, out, second)
+    assert not hof.restore(record, out, second)  # already there: nothing copied again
+    done = Trainer(cfg, second, progress=False).train()
+    assert done.update == whole.update == 14
+    assert done.averaged_updates == whole.averaged_updates == [12, 14]
+    for a, b in ((whole.averaged, done.averaged), (whole.checkpoint, done.checkpoint),
+                 (tmp_path / "whole" / "best.pt", second / "best.pt")):  # fmt: skip
+        assert a is not None and b is not None
+        wa, wb = _weights(a), _weights(b)
+        assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert [update_of(p) for p in checkpoints(second / "checkpoints")][-2:] == [12, 14]
+
+
+def test_a_hand_off_that_does_not_check_out_is_refused_with_its_reason(
+    m30k: dict[str, Path], tmp_path: Path
+) -> None:
+    """The record is a file anyone can edit, and a hand-off of another configuration would
+    silently train something else: each fault is named, and nothing is restored."""
+    hof = bench_script("study_handoff")
+    cfg = _config(m30k)
+    run = tmp_path / "run"
+    Trainer(cfg, run, progress=False).train(stop_after_updates=4)
+    out = tmp_path / "results"
+    record = hof.hand_off("rp-s2", run, out, "d1", cfg.model_dump(mode="json"), STRETCH)
+    assert record["update"] == 4 and len(record["files"]) == 4  # no checkpoint in the window
+    assert "another configuration" in hof.problem(record, out, "d2")
+    outside = json.loads(json.dumps(record))
+    outside["files"][0]["file"] = "../../etc/passwd"
+    assert "lies outside" in hof.problem(outside, out, "d1")
+    bad_name = json.loads(json.dumps(record))
+    bad_name["files"][0]["to"] = "../../escape.pt"
+    assert "not a file the trainer writes" in hof.problem(bad_name, out, "d1")
+    state = out / record["files"][0]["file"]
+    state.write_bytes(state.read_bytes() + b"x")
+    assert "SHA-256 differs" in hof.problem(record, out, "d1")
+    state.unlink()
+    assert "is missing" in hof.problem(record, out, "d1")
+    no_state = {**record, "files": [f for f in record["files"] if f["to"] == "metrics.jsonl"]}
+    assert "no state to resume from" in hof.problem(no_state, out, "d1")
+
+
+def test_handing_off_again_adds_a_stretch_and_a_published_run_forgets_its_hand_off(
+    m30k: dict[str, Path], tmp_path: Path
+) -> None:
+    """A run handed off twice records both stretches (the second from where the first
+    ended); one that was restored and not trained keeps its hand-off as it was; once the
+    finished run is published, its files leave ``results/``."""
+    hof = bench_script("study_handoff")
+    cfg = _config(m30k)
+    resolved = cfg.model_dump(mode="json")
+    out = tmp_path / "results"
+    one = tmp_path / "one"
+    Trainer(cfg, one, progress=False).train(stop_after_updates=5)
+    first = hof.hand_off("x-s1", one, out, "d", resolved, STRETCH)
+    two = tmp_path / "two"
+    hof.restore(first, out, two)
+    assert hof.hand_off("x-s1", two, out, "d", resolved, {**STRETCH, "wall_s": 1}) == first
+    Trainer(cfg, two, progress=False).train(stop_after_updates=8)
+    second = hof.hand_off("x-s1", two, out, "d", resolved, {**STRETCH, "wall_s": 3.0})
+    assert [(g["from_update"], g["to_update"], g["wall_s"]) for g in second["segments"]] == [
+        (0, 5, 12.5), (5, 8, 3.0)]  # fmt: skip
+    assert hof.rounding_change(second, {**STRETCH["hardware"], "kernel_env": {}}) == (
+        "kernel_env {'ATEN_CPU_CAPABILITY': 'avx2'} -> {}"
+    )
+    same = {**STRETCH["hardware"], "kernel_env": STRETCH["kernel_env"]}
+    assert hof.rounding_change(second, same) is None
+    hof.forget(out, "x-s1")
+    assert not (out / "handoff").exists()
+
+
+def test_an_empty_run_has_nothing_to_hand_off(tmp_path: Path) -> None:
+    hof = bench_script("study_handoff")
+    (tmp_path / "run").mkdir()
+    assert hof.hand_off("x-s1", tmp_path / "run", tmp_path / "out", "d", {}, STRETCH) is None
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("env", [{"ATEN_CPU_CAPABILITY": "avx2", "PATH": "/bin"}, {}])
+def test_only_the_kernel_settings_are_recorded(env: dict[str, str]) -> None:
+    hof = bench_script("study_handoff")
+    assert hof.kernel_env(env) == {k: v for k, v in env.items() if k != "PATH"}
+
+
+def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publishes_them(
+    m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench/reproduce.py across two checkouts: the first queue's stopped run is handed off
+    into results/, the second queue (a fresh --home) restores it into its own run directory
+    and puts it first; once it finishes, its record states both stretches and its wall time
+    counts both, and the hand-off leaves results/."""
+    from synattn_jobs.store import JobStore
+
+    repro = bench_script("reproduce")
+    monkeypatch.delenv("SYNATTN_DATABASE_URL", raising=False)
+    cfg = _config(m30k)
+    spec = {"resolved": cfg.model_dump(mode="json")}
+    results = tmp_path / "results"
+
+    def queue(home: Path) -> tuple[JobStore, str, dict[str, Any]]:
+        (home / "jobs").mkdir(parents=True)
+        monkeypatch.setenv("SYNATTN_HOME", str(home / "jobs"))
+        store = JobStore(f"sqlite:///{home / 'jobs' / 'jobs.sqlite'}")
+        exp = store.create_experiment("hof", "vanilla", {"seeds": [1]})
+        jobs = {name: store.create_job("train", name, spec, str(home / "runs" / name),
+                                       experiment_id=exp.id, variant=name.split("-")[0],
+                                       seed=1)
+                for name in ("vanilla-s1", "dea-s1")}  # fmt: skip
+        return store, exp.id, jobs
+
+    store, exp_id, jobs = queue(tmp_path / "home1")
+    store.claim(jobs["vanilla-s1"].id, "w", 60)
+    Trainer(cfg, jobs["vanilla-s1"].out_dir, progress=False).train(stop_after_updates=7)
+    store.release(jobs["vanilla-s1"].id, "w", "worker shut down; requeued")
+    meta = {"command": "python bench/reproduce.py g.yaml", "git_commit": "abc",
+            "hardware": STRETCH["hardware"]}  # fmt: skip
+    handed = repro.hand_off_stopped(exp_id, results, meta)
+    assert len(handed) == 1 and handed[0].startswith("vanilla-s1@7 (")  # dea-s1 never trained
+    record = json.loads((results / "hof" / "handoff" / "vanilla-s1.json").read_text())
+    assert record["segments"][0]["wall_s"] >= 0 and record["segments"][0]["to_update"] == 7
+
+    store2, exp2, jobs2 = queue(tmp_path / "home2")
+    now = {**STRETCH["hardware"], "kernel_env": {}}
+    assert repro.restore_handed_off(exp2, results, now) == ["vanilla-s1"]
+    run2 = Path(jobs2["vanilla-s1"].out_dir)
+    assert (run2 / "checkpoints" / "resume.pt").is_file()
+    repro.put_first(exp2, ["vanilla-s1"])
+    done = Trainer(cfg, run2, progress=False).train()
+    assert done.update == 14
+    hyp = run2 / "hyp.test.txt"
+    hyp.write_text("ein hund\n")
+    (run2 / "ref.test.txt").write_text("ein hund\n")
+    store2.claim(jobs2["vanilla-s1"].id, "w", 60)
+    store2.finish(jobs2["vanilla-s1"].id, "succeeded",
+                  {"bleu": 20.0, "chrf": 50.0, "split": "test", "update": 14, "hyp": str(hyp),
+                   "ref": str(run2 / "ref.test.txt")})  # fmt: skip
+    repro.publish(exp2, results, meta, {"workers": 1, "threads": 1})
+    ledger = json.loads((results / "hof" / "runs" / "vanilla-s1.json").read_text())
+    assert ledger["segments"] == record["segments"]
+    assert ledger["earlier_wall_s"] == record["segments"][0]["wall_s"]
+    listed = {r["name"]: r for r in json.loads((results / "hof" / "run.json").read_text())["runs"]}
+    finished = store2.get(jobs2["vanilla-s1"].id)
+    assert finished is not None and finished.finished_at and finished.started_at
+    own = finished.finished_at - finished.started_at
+    assert listed["vanilla-s1"]["wall_s"] == round(own + ledger["earlier_wall_s"], 1)
+    assert not (results / "hof" / "handoff").exists()
+
+
+def test_a_tampered_hand_off_stops_the_driver_instead_of_training_from_the_start(
+    m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from synattn_jobs.store import JobStore
+
+    hof = bench_script("study_handoff")
+    repro = bench_script("reproduce")
+    monkeypatch.delenv("SYNATTN_DATABASE_URL", raising=False)
+    cfg = _config(m30k)
+    spec = {"resolved": cfg.model_dump(mode="json")}
+    old = tmp_path / "old"
+    Trainer(cfg, old, progress=False).train(stop_after_updates=2)
+    results = tmp_path / "results"
+    record = hof.hand_off("vanilla-s1", old, results / "hof", repro.spec_digest(spec),
+                          spec["resolved"], STRETCH)  # fmt: skip
+    (results / "hof" / record["files"][0]["file"]).write_bytes(b"not a checkpoint")
+    home = tmp_path / "home"
+    (home / "jobs").mkdir(parents=True)
+    monkeypatch.setenv("SYNATTN_HOME", str(home / "jobs"))
+    store = JobStore(f"sqlite:///{home / 'jobs' / 'jobs.sqlite'}")
+    exp = store.create_experiment("hof", "vanilla", {"seeds": [1]})
+    store.create_job("train", "vanilla-s1", spec, str(home / "run"), experiment_id=exp.id,
+                     variant="vanilla", seed=1)  # fmt: skip
+    with pytest.raises(SystemExit, match=r"hand-off: vanilla-s1: .*SHA-256 differs"):
+        repro.restore_handed_off(exp.id, results, {})
+    assert not (home / "run").exists()
