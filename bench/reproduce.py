@@ -504,8 +504,16 @@ def main() -> None:
         "git_commit": git_commit(),
         "hardware": hardware(args.threads, args.workers),
     }  # fmt: skip
-    if args.hand_off:
-        handed = hand_off_stopped(exp_id, args.results, meta)
+    if args.hand_off:  # the stretch is the training driver's: its command, commit, hardware
+        trained = republish_meta(args.grid, args.results, meta)
+        handed = hand_off_stopped(
+            exp_id,
+            args.results,
+            {
+                **meta,
+                **{k: trained[k] for k in ("command", "git_commit", "hardware") if trained.get(k)},
+            },
+        )
         print(f"handed off: {', '.join(handed) or 'nothing (no stopped run has trained)'}")
         return
     now = {**meta["hardware"], "kernel_env": study_handoff.kernel_env(os.environ)}
