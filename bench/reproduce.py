@@ -137,6 +137,14 @@ def study_store() -> Any:
     return JobStore(JobSettings().database_url)
 
 
+def study_results(exp_id: str, results: Path) -> tuple[Any, Any, Path]:
+    """The embedded queue's store, the experiment, and its folder under ``results``."""
+    store = study_store()
+    exp = store.experiment(exp_id)
+    assert exp is not None
+    return store, exp, (results / exp.name).resolve()
+
+
 def find_or_submit(grid: Path, env: dict[str, str]) -> str:
     """The experiment's id: an earlier submission of the same name, or a new one."""
     from synattn_jobs.settings import JobSettings
@@ -335,10 +343,7 @@ def adopt_published(exp_id: str, results: Path, retrain_changed: bool = False) -
     with ``retrain_changed``: otherwise nothing is taken and ``SystemExit`` names those runs,
     since a setting added or changed in the code would silently re-queue (and in time
     overwrite) hours of published runs."""
-    store = study_store()
-    exp = store.experiment(exp_id)
-    assert exp is not None
-    out = (results / exp.name).resolve()
+    store, exp, out = study_results(exp_id, results)
     found = []
     for job in store.jobs(experiment_id=exp.id, state="queued"):
         path = out / "runs" / f"{job.name}.json"
@@ -378,10 +383,7 @@ def restore_handed_off(exp_id: str, results: Path, now: dict[str, Any]) -> list[
     hand-off that does not check out (another configuration, a file changed or missing) stops
     the driver with the reason rather than training the run again from update 0; ``now``: this
     machine's hardware, to say where the rounding differs from the handed-off stretch's."""
-    store = study_store()
-    exp = store.experiment(exp_id)
-    assert exp is not None
-    out = (results / exp.name).resolve()
+    store, exp, out = study_results(exp_id, results)
     restored = []
     for job in store.jobs(experiment_id=exp.id, state="queued"):
         record = study_handoff.load_record(out, job.name)
@@ -403,10 +405,7 @@ def restore_handed_off(exp_id: str, results: Path, now: dict[str, Any]) -> list[
 def hand_off_stopped(exp_id: str, results: Path, meta: dict[str, Any]) -> list[str]:
     """Hand off every queued run of the experiment that has trained (stopped by a warm worker
     shutdown), for the next checkout to resume. Returns ``run@update`` for each."""
-    store = study_store()
-    exp = store.experiment(exp_id)
-    assert exp is not None
-    out = (results / exp.name).resolve()
+    store, exp, out = study_results(exp_id, results)
     handed = []
     for job in store.jobs(experiment_id=exp.id, state="queued"):
         found = study_handoff.resume_state(Path(job.out_dir))
