@@ -46,6 +46,7 @@ from synattn_shared.manifest import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
+from study_handoff import ROUNDING_KEYS, command_line  # noqa: E402
 
 
 def load_points(path: Path) -> dict[str, Any]:
@@ -283,9 +284,6 @@ def hand_off_problem(
     return None
 
 
-ROUNDING_KEYS = ("cpu_isa", "device", "threads_per_worker", "torch")
-
-
 def rounding_change(segments: list[dict[str, Any]], now: dict[str, Any]) -> str | None:
     """What differs, in what sets the floating-point rounding (the vector instruction set,
     the device, the thread count, torch), between the stretch of training a handed-off state
@@ -315,14 +313,9 @@ def kernel_hint(segments: list[dict[str, Any]], now: dict[str, Any]) -> str | No
     return None
 
 
-KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
-
-
 def launch_command(argv: list[str], env: Mapping[str, str]) -> str:
-    """The command as a reader would type it again, with the environment settings that choose
-    the CPU kernels (and so the rounding) in front: without them a rerun is another draw."""
-    kernels = [f"{k}={env[k]}" for k in KERNEL_ENV if env.get(k)]
-    return " ".join([*kernels, "python bench/learning_curve.py", *argv])
+    """This command as a reader would type it again, its kernel settings in front."""
+    return command_line("bench/learning_curve.py", argv, env)
 
 
 def close_segment(record: dict[str, Any], update: int) -> None:

@@ -496,10 +496,9 @@ def main() -> None:
     taken = adopt_published(exp_id, args.results, args.retrain_changed)
     if taken:
         print(f"{len(taken)} runs taken as done from {args.results}: {', '.join(taken)}")
-    kernels = [f"{k}={v}" for k, v in study_handoff.kernel_env(os.environ).items()]
+    argv = [shlex.quote(a) for a in sys.argv[1:]]
     meta: dict[str, Any] = {
-        "command": " ".join([*kernels, "python bench/reproduce.py",
-                             *map(shlex.quote, sys.argv[1:])]),
+        "command": study_handoff.command_line("bench/reproduce.py", argv, os.environ),
         "git_commit": git_commit(),
         "hardware": hardware(args.threads, args.workers),
     }  # fmt: skip

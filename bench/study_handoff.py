@@ -43,6 +43,13 @@ def kernel_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: env[k] for k in KERNEL_ENV if env.get(k)}
 
 
+def command_line(script: str, argv: list[str], env: Mapping[str, str]) -> str:
+    """The command as a reader would type it again, with the environment settings that choose
+    the CPU kernels (and so the rounding) in front: without them a rerun is another draw."""
+    kernels = [f"{k}={v}" for k, v in kernel_env(env).items()]
+    return " ".join([*kernels, f"python {script}", *argv])
+
+
 def record_path(out: Path, run: str) -> Path:
     """``<study results>/handoff/<run>.json``: the hand-off's record."""
     return out / HANDOFF / f"{run}.json"
