@@ -16,6 +16,17 @@ from synattn_trainer.train import Trainer, load_model
 from tests.trainer.conftest import tiny_config
 
 
+def assert_tied_once(weights: dict[str, torch.Tensor], path: Path) -> None:
+    """The tied source, target and output embedding is one tensor in a model-only file, and
+    the file holds each parameter once (it carried the embedding twice)."""
+    embed, tgt = weights["embed.weight"], weights["tgt_embed.weight"]
+    assert embed.untyped_storage().data_ptr() == tgt.untyped_storage().data_ptr()
+    unique = {v.untyped_storage().data_ptr(): v.untyped_storage().nbytes()
+              for v in weights.values()}  # fmt: skip
+    assert sum(unique.values()) < sum(v.numel() * v.element_size() for v in weights.values())
+    assert path.stat().st_size < sum(unique.values()) + embed.numel() * embed.element_size() // 2
+
+
 def test_schedule_and_window() -> None:
     assert schedule(14, 3) == [3, 6, 9, 12, 14]
     assert schedule(12, 3) == [3, 6, 9, 12]
@@ -84,8 +95,9 @@ def test_averaged_updates_come_from_the_end_and_skip_resume_points(
     assert state["updates"] == [12, 14] and state["selection"] == "average"
     a, b = (torch.load(tmp_path / "run" / "checkpoints" / f"ckpt-{u:08d}.pt",
                        weights_only=False)["model"] for u in (12, 14))  # fmt: skip
-    key = next(k for k, v in a.items() if v.is_floating_point())
-    assert torch.allclose(state["model"][key], (a[key].double() + b[key].double()).float() / 2)
+    for key in (k for k, v in a.items() if v.is_floating_point()):
+        assert torch.equal(state["model"][key], ((a[key].double() + b[key].double()) / 2).float())
+    assert_tied_once(state["model"], result.averaged)
     end = [line for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
            if '"event": "end"' in line]  # fmt: skip
     assert '"averaged_updates": [12, 14]' in end[-1]
@@ -116,6 +128,7 @@ def test_last_and_best_validation_selection(m30k: dict[str, Path], tmp_path: Pat
     assert [r["update"] for r in saves] == sorted(losses)  # each checkpoint validated once
     assert [r["update"] for r in saves if r["best_valid"]][-1] == chosen
     assert min(saves, key=lambda r: r["valid_loss"])["update"] == chosen
+    assert_tied_once(state["model"], res.averaged)
     model, _ = load_model(res.averaged)
     ref, _ = load_model(tmp_path / "best" / "checkpoints" / f"ckpt-{chosen:08d}.pt")
     for k, v in model.state_dict().items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,10 +83,12 @@ def prune(directory: Path, keep: int) -> None:
 
 
 def average(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the models' parameters (integer buffers from the last one)."""
+    """Element-wise mean of the models' parameters (integer buffers from the last one); tied
+    weights stay one tensor (``tie_like``)."""
     if not paths:
         raise ValueError("no checkpoints to average")
     avg: dict[str, torch.Tensor] = {}
+    state: dict[str, torch.Tensor] = {}
     for p in paths:
         state = torch.load(p, map_location="cpu", weights_only=False)["model"]
         for k, v in state.items():
@@ -93,4 +96,25 @@ def average(paths: list[Path]) -> dict[str, torch.Tensor]:
                 avg[k] = avg.get(k, torch.zeros_like(v, dtype=torch.float64)) + v.double()
             else:
                 avg[k] = v
-    return {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in avg.items()}
+    mean = {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in avg.items()}
+    return tie_like(mean, state)
+
+
+def tie_like(weights: dict[str, torch.Tensor], template: Mapping[str, torch.Tensor]
+             ) -> dict[str, torch.Tensor]:  # fmt: skip
+    """``weights`` with every entry that is one tensor with an earlier entry in ``template``
+    (tied source, target and output embeddings) made that earlier entry again, so that
+    ``torch.save`` writes the matrix once: a copy or an average of a state dict gives each key
+    its own tensor, and the model-only files carried the 8000 x 128 embedding twice (4 MB of
+    a 14 MB file). Values are unchanged; an entry whose values differ is left alone."""
+    out = dict(weights)
+    first: dict[tuple[Any, ...], str] = {}
+    for k, v in template.items():
+        if k not in out or v.numel() == 0:
+            continue
+        view = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape),
+                tuple(v.stride()), v.dtype)  # fmt: skip
+        earlier = first.setdefault(view, k)
+        if earlier != k and torch.equal(out[earlier], out[k]):
+            out[k] = out[earlier]
+    return out

@@ -720,7 +720,9 @@ class Trainer:
         """``FINAL_NAMES[kind]``: a model-only file of the checkpoints at ``updates`` (averaged
         when several), or of the current weights when that is this update alone."""
         if updates == [self.update]:
-            weights = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+            current = self.model.state_dict()
+            weights = ck.tie_like({k: v.detach().cpu().clone() for k, v in current.items()},
+                                  current)  # fmt: skip
         else:
             weights = ck.average([self.ckpt_dir / f"ckpt-{u:08d}.pt" for u in updates])
         state = {
