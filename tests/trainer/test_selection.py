@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from synattn_trainer.checkpoint import RESUME_NAME, checkpoints, update_of
+from synattn_trainer.checkpoint import RESUME_NAME, checkpoints, tie_like, update_of
 from synattn_trainer.selection import averaging_error, last_in_window, schedule
 from synattn_trainer.train import Trainer, load_model
 from tests.trainer.conftest import tiny_config
@@ -133,3 +133,14 @@ def test_last_and_best_validation_selection(m30k: dict[str, Path], tmp_path: Pat
     ref, _ = load_model(tmp_path / "best" / "checkpoints" / f"ckpt-{chosen:08d}.pt")
     for k, v in model.state_dict().items():
         assert torch.equal(v, ref.state_dict()[k]), k
+
+
+def test_tie_like_shares_only_what_the_template_shares() -> None:
+    shared = torch.arange(6.0).reshape(2, 3)
+    template = {"a": shared, "b": shared, "c": shared.clone(), "d": shared.t()}
+    copies = {k: v.clone() for k, v in template.items()}
+    tied = tie_like(copies, template)
+    assert tied["b"] is tied["a"]  # one tensor in the template: one in the copy
+    assert tied["c"] is copies["c"] and tied["d"] is copies["d"]  # equal values, own storage
+    copies["b"] = copies["b"] + 1  # values that differ are never tied
+    assert tie_like(copies, template)["b"] is copies["b"]
