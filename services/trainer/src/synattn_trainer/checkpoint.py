@@ -83,12 +83,10 @@ def prune(directory: Path, keep: int) -> None:
 
 
 def average(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the models' parameters (integer buffers from the last one); tied
-    weights stay one tensor (``tie_like``)."""
+    """Element-wise mean of the models' parameters (integer buffers from the last one)."""
     if not paths:
         raise ValueError("no checkpoints to average")
     avg: dict[str, torch.Tensor] = {}
-    state: dict[str, torch.Tensor] = {}
     for p in paths:
         state = torch.load(p, map_location="cpu", weights_only=False)["model"]
         for k, v in state.items():
@@ -96,8 +94,7 @@ def average(paths: list[Path]) -> dict[str, torch.Tensor]:
                 avg[k] = avg.get(k, torch.zeros_like(v, dtype=torch.float64)) + v.double()
             else:
                 avg[k] = v
-    mean = {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in avg.items()}
-    return tie_like(mean, state)
+    return {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in avg.items()}
 
 
 def tie_like(weights: dict[str, torch.Tensor], template: Mapping[str, torch.Tensor]

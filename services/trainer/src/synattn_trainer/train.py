@@ -719,14 +719,13 @@ class Trainer:
     def _write_final(self, updates: list[int], kind: str) -> Path:
         """``FINAL_NAMES[kind]``: a model-only file of the checkpoints at ``updates`` (averaged
         when several), or of the current weights when that is this update alone."""
+        current = self.model.state_dict()
         if updates == [self.update]:
-            current = self.model.state_dict()
-            weights = ck.tie_like({k: v.detach().cpu().clone() for k, v in current.items()},
-                                  current)  # fmt: skip
+            weights = {k: v.detach().cpu().clone() for k, v in current.items()}
         else:
             weights = ck.average([self.ckpt_dir / f"ckpt-{u:08d}.pt" for u in updates])
         state = {
-            "model": weights,
+            "model": ck.tie_like(weights, current),  # the tied embedding saved once
             "config": self.cfg.model_dump(mode="json"),
             "vocab_size": self.tok.get_vocab_size(),
             "selection": kind,
