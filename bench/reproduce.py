@@ -166,6 +166,15 @@ def find_or_submit(grid: Path, env: dict[str, str]) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def claimed_s(job: Any, until: float | None) -> float | None:
+    """The seconds the job's claims held it in this queue: the last from its start to ``until``
+    (its finish, or its hand-off's save), plus any a lost or released worker held before it.
+    None when it never started or has no end."""
+    if not (job.started_at and until):
+        return None
+    return float(until - job.started_at) + float(job.earlier_claims_s or 0.0)
+
+
 def publish(
     exp_id: str, results: Path, meta: dict[str, Any], trained_with: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -194,7 +203,7 @@ def publish(
                 shutil.copyfile(res["ref"], ref)
             if not ledger_is_current(job, record):
                 record = write_ledger(job, out, trained_with)
-        wall = (job.finished_at - job.started_at) if job.finished_at and job.started_at else None
+        wall = claimed_s(job, job.finished_at)
         wall = wall or res.get("wall_s")  # a record rebuilt without its timestamps keeps its wall
         if wall and job.state == "succeeded":  # the stretches earlier checkouts handed off
             wall += float(record.get("earlier_wall_s") or 0.0)
@@ -411,9 +420,9 @@ def hand_off_stopped(exp_id: str, results: Path, meta: dict[str, Any]) -> list[s
         found = study_handoff.resume_state(Path(job.out_dir))
         if found is None:
             continue
-        # this stretch: from the run's last claim to its save (a run never claimed in this
-        # queue, restored and not trained, keeps its hand-off as it was)
-        wall = found[0].stat().st_mtime - job.started_at if job.started_at else 0.0
+        # this stretch: the run's claims in this queue, the last up to its save (a run never
+        # claimed in this queue, restored and not trained, keeps its hand-off as it was)
+        wall = claimed_s(job, found[0].stat().st_mtime) or 0.0
         stretch = study_handoff.stretch(wall, meta["command"], meta["git_commit"],
                                         meta["hardware"])  # fmt: skip
         record = study_handoff.hand_off(job.name, Path(job.out_dir), out, spec_digest(job.spec),

@@ -273,3 +273,45 @@ def test_runs_put_first_are_released_first_in_the_order_given(
         repro.put_first(exp.id, ["vanilla-s1"])  # type: ignore[attr-defined]
     with pytest.raises(SystemExit, match="--first: no run fixed-s1 in this experiment"):
         repro.put_first(exp.id, ["fixed-s1", "dea-s2"])  # type: ignore[attr-defined]
+
+
+def test_a_run_reclaimed_after_a_lost_worker_counts_every_claim_in_its_wall(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    """``run.json``'s wall time of a run whose first worker died is both claims' time, not
+    the last claim's alone (nor the pause between them, when no worker held it)."""
+    import time
+
+    import pytest
+
+    mp: pytest.MonkeyPatch = monkeypatch  # type: ignore[assignment]
+    mp.delenv("SYNATTN_DATABASE_URL", raising=False)
+    home = tmp_path / "home" / "jobs"
+    home.mkdir(parents=True)
+    mp.setenv("SYNATTN_HOME", str(home))
+    repro: Any = _load_reproduce()
+    store = JobStore(f"sqlite:///{home / 'jobs.sqlite'}")
+    exp = store.create_experiment("walls", "vanilla", {"seeds": [1]})
+    ref, hyp = tmp_path / "ref.test.txt", tmp_path / "hyp.test.txt"
+    ref.write_text("ein hund\n")
+    hyp.write_text("ein hund\n")
+    job = store.create_job("train", "vanilla-s1", {"resolved": RESOLVED}, str(tmp_path),
+                           experiment_id=exp.id, variant="vanilla", seed=1)  # fmt: skip
+    assert store.claim(job.id, "lost", 60)
+    time.sleep(0.3)
+    assert store.heartbeat(job.id, "lost")
+    time.sleep(0.3)  # the worker is gone: no one holds the run
+    assert store.requeue_stale(stale_after_s=0.01) == [job.id]
+    assert store.claim(job.id, "next", 60)
+    time.sleep(0.2)
+    assert store.finish(job.id, "succeeded", {"bleu": 20.0, "chrf": 50.0, "hyp": str(hyp),
+                                              "ref": str(ref), "split": "test",
+                                              "update": 600}, worker="next")  # fmt: skip
+    done = store.get(job.id)
+    last = done.finished_at - done.started_at
+    assert done.earlier_claims_s >= 0.3 and last >= 0.2
+    assert repro.claimed_s(done, done.finished_at) == pytest.approx(last + done.earlier_claims_s)
+    info = repro.publish(exp.id, tmp_path / "results", {"command": "x"})
+    assert info["runs"][0]["wall_s"] == round(last + done.earlier_claims_s, 1)
+    assert info["runs"][0]["attempts"] == 2
+    assert repro.claimed_s(store.create_job("train", "never", {}, str(tmp_path)), None) is None

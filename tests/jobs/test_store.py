@@ -60,6 +60,52 @@ def test_silent_jobs_are_requeued_and_the_old_worker_loses_them(store: JobStore)
     assert store.get(job_id).attempts == 2
 
 
+def test_a_reclaimed_job_keeps_the_time_its_earlier_claims_held_it(store: JobStore) -> None:
+    """A run's wall time is every claim's, not the last one's: a killed worker's claim counts
+    from its start to its last heartbeat, a released one's up to the release."""
+    job_id = _job(store)
+    assert store.claim(job_id, "old", stale_after_s=60)
+    first = store.get(job_id)
+    assert first.earlier_claims_s == 0.0  # a first claim has nothing before it
+    time.sleep(0.05)
+    assert store.heartbeat(job_id, "old")
+    killed = store.get(job_id)
+    time.sleep(0.05)  # the worker dies after its last beat: this part is not counted
+    assert store.requeue_stale(stale_after_s=0.01) == [job_id]
+    assert store.claim(job_id, "new", stale_after_s=60)
+    second = store.get(job_id)
+    held = killed.heartbeat_at - first.started_at
+    assert held >= 0.05 and second.earlier_claims_s == pytest.approx(held)
+    assert second.started_at > killed.heartbeat_at  # the next claim's span starts afresh
+
+    time.sleep(0.05)
+    store.release(job_id, "new", "transient")
+    released = store.get(job_id)
+    assert released.state == "queued" and released.heartbeat_at >= second.started_at + 0.05
+    assert store.claim(job_id, "third", stale_after_s=60)
+    third = store.get(job_id)
+    total = held + (released.heartbeat_at - second.started_at)
+    assert third.earlier_claims_s == pytest.approx(total) and third.attempts == 3
+    assert store.finish(job_id, "succeeded", {}, worker="third")
+    assert store.get(job_id).earlier_claims_s == pytest.approx(total)  # finishing keeps it
+
+
+def test_a_store_made_before_earlier_claims_were_kept_is_upgraded(tmp_path: Path) -> None:
+    """An existing jobs table without the column gets it when a store opens it; its jobs
+    still claim."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    job_id = _job(JobStore(url))
+    with sqlite3.connect(tmp_path / "old.sqlite") as conn:
+        conn.execute("ALTER TABLE jobs DROP COLUMN earlier_claims_s")
+        assert "earlier_claims_s" not in {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
+    reopened = JobStore(url)
+    assert reopened.get(job_id).earlier_claims_s is None
+    assert reopened.claim(job_id, "w", stale_after_s=60)
+    assert reopened.get(job_id).earlier_claims_s == 0.0
+
+
 def test_cancel_flags(store: JobStore) -> None:
     queued, running = _job(store), _job(store)
     assert store.request_cancel(queued).state == "cancelled"

@@ -65,6 +65,9 @@ class JobView(BaseModel):
     started_at: float | None
     heartbeat_at: float | None
     finished_at: float | None
+    earlier_claims_s: float | None = Field(
+        None, description="seconds that earlier claims (a lost or released worker's) held the job"
+    )
 
 
 class ExperimentSummary(BaseModel):

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    case,
     create_engine,
     event,
     func,
@@ -90,6 +91,9 @@ class Job(Base):
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the seconds earlier claims held the job (a killed worker's, a released one's), so that a
+    # run's wall time is this plus its last claim's, not the last claim's alone
+    earlier_claims_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     def as_dict(self) -> dict[str, Any]:
         return {c.name: getattr(self, c.name) for c in self.__table__.columns}
@@ -182,6 +186,7 @@ ADDED_COLUMNS = (
     ("jobs", "priority", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "released_at", "FLOAT"),
     ("jobs", "release_count", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "earlier_claims_s", "FLOAT"),
 )
 
 
@@ -449,9 +454,18 @@ class JobStore:
     def claim(self, job_id: str, worker: str, stale_after_s: float) -> bool:
         """Take a queued job (or a running one whose worker went silent) for ``worker``.
 
-        One conditional UPDATE, so two deliveries of the same task cannot both win.
+        One conditional UPDATE, so two deliveries of the same task cannot both win. A job
+        claimed before adds its last claim's span (start to last heartbeat) to
+        ``earlier_claims_s``: SET reads the row as it was, on SQLite and PostgreSQL alike.
         """
         now = time.time()
+        last_claim = case(
+            (
+                Job.started_at.is_not(None),
+                func.coalesce(Job.heartbeat_at, Job.started_at) - Job.started_at,
+            ),
+            else_=0.0,
+        )
         stmt = (
             update(Job)
             .where(Job.id == job_id, Job.cancel_requested.is_(False))
@@ -465,6 +479,7 @@ class JobStore:
                 heartbeat_at=now,
                 attempts=Job.attempts + 1,
                 started_at=now,
+                earlier_claims_s=func.coalesce(Job.earlier_claims_s, 0.0) + last_claim,
                 error=None,
             )
         )
@@ -544,11 +559,13 @@ class JobStore:
 
     def release(self, job_id: str, worker: str, error: str) -> None:
         """Give a running job back to the queue (a transient error, retried later); the caller
-        sends its task again itself, so it counts as released to the broker."""
+        sends its task again itself, so it counts as released to the broker. Its heartbeat is
+        set to now, the end of this claim, which the next claim counts into the job's wall."""
+        now = time.time()
         stmt = (
             update(Job)
             .where(Job.id == job_id, Job.worker == worker, Job.state == "running")
-            .values(state="queued", error=error, worker=None, released_at=time.time())
+            .values(state="queued", error=error, worker=None, released_at=now, heartbeat_at=now)
         )
         with self.session() as s:
             s.execute(stmt)
