@@ -25,7 +25,6 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
-    case,
     create_engine,
     event,
     func,
@@ -459,13 +458,7 @@ class JobStore:
         ``earlier_claims_s``: SET reads the row as it was, on SQLite and PostgreSQL alike.
         """
         now = time.time()
-        last_claim = case(
-            (
-                Job.started_at.is_not(None),
-                func.coalesce(Job.heartbeat_at, Job.started_at) - Job.started_at,
-            ),
-            else_=0.0,
-        )
+        last_claim = func.coalesce(Job.heartbeat_at - Job.started_at, 0.0)  # 0: never claimed
         stmt = (
             update(Job)
             .where(Job.id == job_id, Job.cancel_requested.is_(False))
