@@ -24,12 +24,16 @@ A session that must end before its runs do hands them over: ``--hand-off-after S
 the workers after that long (each run saves where it is) and copies what each unfinished run
 needs to go on into ``results/<name>/handoff/`` (``bench/study_handoff.py``; ``--hand-off``
 does the same for a driver stopped otherwise). Committed, the hand-off lets the next checkout
-resume those runs exactly, instead of from update 0.
+resume those runs exactly, instead of from update 0. ``--no-new-runs-after SECONDS`` keeps a
+worker freed near the end from starting a run it would only hand off minutes in: after that
+long no new run starts, and the driver exits once the running ones have ended.
 
     make data
     python bench/reproduce.py examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
     python bench/reproduce.py examples/experiments/headline-tiny8.yaml --publish-only
     python bench/reproduce.py examples/experiments/study-conv5k.yaml --hand-off-after 9000
+    python bench/reproduce.py examples/experiments/study-conv5k.yaml --hand-off-after 9000 \
+        --no-new-runs-after 7200
 """
 
 from __future__ import annotations
@@ -453,6 +457,17 @@ def put_first(exp_id: str, names: list[str]) -> None:
         store.prioritise([jobs[name].id], len(names) - rank)
 
 
+def hold_new_runs(exp_id: str, hold: bool) -> None:
+    """Stop (``hold``) or let again the queue hand the experiment's waiting runs to workers:
+    its owners' running limit is 0 while held. Runs already running go on; a session near its
+    end thus starts no run it would only hand off minutes in. The owners' other limits stay."""
+    store = study_store()
+    quotas = {q.user: q for q in store.quotas()}
+    for owner in {j.owner or "" for j in store.jobs(experiment_id=exp_id)}:
+        queued = quotas[owner].max_queued if owner in quotas else None
+        store.set_quota(owner, queued, 0 if hold else None)
+
+
 def exit_on_termination() -> None:
     """SIGTERM and SIGHUP (a ``kill``, a closed terminal, a session's end) leave through
     ``SystemExit``, so that the driver's ``finally`` stops its workers warmly (each running run
@@ -491,6 +506,14 @@ def main() -> None:
         "unfinished runs off into results/<name>/handoff/ for the next checkout, and exit",
     )
     ap.add_argument(
+        "--no-new-runs-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after this long, start no new run: the running ones go on to their end (or to\n"
+        "--hand-off-after); the driver exits once none is running",
+    )
+    ap.add_argument(
         "--hand-off", action="store_true",
         help="hand off the stopped runs under --home (a driver stopped otherwise) and exit",
     )  # fmt: skip
@@ -527,6 +550,7 @@ def main() -> None:
     restored = restore_handed_off(exp_id, args.results, now) if not args.publish_only else []
     if restored:
         print(f"{len(restored)} runs continue from their hand-off: {', '.join(restored)}")
+    hold_new_runs(exp_id, False)  # a hold is one driver's: a stopped one's does not carry over
     if restored or args.first:
         put_first(exp_id, [*restored, *(n for n in args.first if n not in restored)])
     if args.publish_only:
@@ -550,12 +574,18 @@ def main() -> None:
     store = study_store()
     started = time.time()
     ended = -1
-    handing_off = False
+    handing_off = held = False
     try:
         while True:
-            states = [j.state for j in store.jobs(experiment_id=exp_id)]
+            jobs = store.jobs(experiment_id=exp_id)
+            states = [j.state for j in jobs]
             done = sum(s in TERMINAL for s in states)
             if done == len(states):
+                break
+            starting = any(j.state == "queued" and j.released_at for j in jobs)
+            if held and "running" not in states and not starting:
+                print(f"[{time.time() - started:7.0f} s] no run is running and no new one "
+                      "starts: done for this session", flush=True)  # fmt: skip
                 break
             if done != ended:  # publish (bootstrap, figures, copies) only when a run ended
                 ended = done
@@ -567,12 +597,20 @@ def main() -> None:
             if args.hand_off_after is not None and time.time() - started >= args.hand_off_after:
                 handing_off = True
                 break
+            late = args.no_new_runs_after is not None
+            if late and not held and time.time() - started >= args.no_new_runs_after:
+                hold_new_runs(exp_id, True)
+                held = True
+                print(f"[{time.time() - started:7.0f} s] no new run starts from now",
+                      flush=True)  # fmt: skip
             time.sleep(args.poll)
     finally:
         for w in workers:
             w.terminate()
         for w in workers:  # a run that is translating finishes that first
             w.wait(timeout=1800 if handing_off else 120)
+        if held:  # lifted once no worker is left to take a run
+            hold_new_runs(exp_id, False)
     if handing_off:
         handed = hand_off_stopped(exp_id, args.results, meta)
         print(f"handed off: {', '.join(handed) or 'nothing'}", flush=True)

@@ -315,3 +315,32 @@ def test_a_run_reclaimed_after_a_lost_worker_counts_every_claim_in_its_wall(
     assert info["runs"][0]["wall_s"] == round(last + done.earlier_claims_s, 1)
     assert info["runs"][0]["attempts"] == 2
     assert repro.claimed_s(store.create_job("train", "never", {}, str(tmp_path)), None) is None
+
+
+def test_a_held_study_starts_no_new_run_until_the_hold_is_lifted(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    """``--no-new-runs-after``: while held, free workers get none of the study's waiting runs
+    (a running one goes on); lifting the hold (a new driver does) lets them through again, and
+    an admin's queued-jobs limit for the owner outlives both."""
+    import pytest
+
+    mp: pytest.MonkeyPatch = monkeypatch  # type: ignore[assignment]
+    db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    mp.setenv("SYNATTN_DATABASE_URL", db)
+    repro: Any = _load_reproduce()
+    store = JobStore(db)
+    exp = store.create_experiment("study", "vanilla", {"seeds": [1, 2]})
+    ids = [store.create_job("train", f"vanilla-s{k}", {}, str(tmp_path), experiment_id=exp.id,
+                            variant="vanilla", seed=k, owner="admin").id
+           for k in (1, 2, 3)]  # fmt: skip
+    store.set_quota("admin", 50, None)
+    assert store.claim(ids[0], "w", 60)
+    store.register_worker("w1", "train", 3)
+    repro.hold_new_runs(exp.id, True)
+    assert store.release_next("train", 0, 60, None) == []
+    assert store.heartbeat(ids[0], "w")  # the running run is untouched
+    assert store.get(ids[0]).state == "running"  # type: ignore[union-attr]
+    repro.hold_new_runs(exp.id, False)
+    assert store.release_next("train", 0, 60, None) == ids[1:]
+    assert [(q.user, q.max_queued, q.max_running) for q in store.quotas()] == [("admin", 50, None)]
