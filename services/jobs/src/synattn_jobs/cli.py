@@ -259,13 +259,24 @@ def watch(
         raise typer.Exit(code=1)
 
 
+def worker_env(queues: str, environ: dict[str, str]) -> dict[str, str]:
+    """The environment of a worker process for ``queues``: ``environ``, plus the training
+    allocator's settings when it takes training jobs."""
+    from synattn_jobs.allocator import training_env
+
+    if "train" not in (q.strip() for q in queues.split(",")):
+        return environ
+    return {**environ, **training_env(environ)}
+
+
 def start_worker(queues: str = "parse,train", extra_env: dict[str, str] | None = None,
                  log: Path | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
-    """A Celery worker process (solo pool: one task at a time, no fork) for these settings."""
+    """A Celery worker process (solo pool: one task at a time, no fork) for these settings; one
+    that trains starts with an allocator that keeps freed pages (``synattn_jobs.allocator``)."""
     cmd = [sys.executable, "-m", "celery", "-A", "synattn_jobs.worker", "worker", "-Q", queues,
            "--pool", "solo", "--concurrency", "1", "--loglevel", "INFO",
            "--without-gossip", "--without-mingle"]  # fmt: skip
-    env = {**os.environ, **(extra_env or {})}
+    env = worker_env(queues, {**os.environ, **(extra_env or {})})
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
