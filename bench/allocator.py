@@ -33,13 +33,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from synattn_jobs.allocator import JEMALLOC_KEEP, find_jemalloc, training_env
+from synattn_jobs.allocator import (
+    CHOSEN_BY_USER,
+    JEMALLOC_KEEP,
+    OPT_OUT,
+    find_jemalloc,
+    training_env,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY_CONFIG = REPO / "examples" / "configs" / "m30k-conv.yaml"  # its model and optimiser
 # PyTorch's CPU launcher's jemalloc setting (torch.backends.xeon.run_cpu): purges with decay
 JEMALLOC_TORCH = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
-ALLOCATOR_ENV = ("LD_PRELOAD", "THP_MEM_ALLOC_ENABLE", "MALLOC_CONF", "SYNATTN_SYSTEM_MALLOC")
+ALLOCATOR_ENV = (*CHOSEN_BY_USER, OPT_OUT)  # cleared, so each run gets only its own choice
 
 
 def allocators(jemalloc: str | None) -> dict[str, dict[str, str]]:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from synattn_jobs.store import JobStore
@@ -245,34 +246,37 @@ def test_a_terminated_driver_leaves_through_its_cleanup() -> None:
             signal.signal(sig, handler)
 
 
+@pytest.fixture
+def study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, JobStore, int]:
+    """bench/reproduce.py loaded over a fresh queue, and an empty study experiment on it."""
+    db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    monkeypatch.setenv("SYNATTN_DATABASE_URL", db)
+    repro = _load_reproduce()
+    store = JobStore(db)
+    return repro, store, store.create_experiment("study", "vanilla", {"seeds": [1, 2]}).id
+
+
 def test_runs_put_first_are_released_first_in_the_order_given(
-    tmp_path: Path, monkeypatch: object
+    tmp_path: Path, study: tuple[Any, JobStore, int]
 ) -> None:
     """``--first``: the named waiting runs go to free workers before the rest, in the order
     given, the rest in theirs; a run that is not waiting, or not in the study, is refused."""
-    import pytest
-
-    mp: pytest.MonkeyPatch = monkeypatch  # type: ignore[assignment]
-    db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
-    mp.setenv("SYNATTN_DATABASE_URL", db)
-    repro: object = _load_reproduce()
-    store = JobStore(db)
-    exp = store.create_experiment("study", "vanilla", {"seeds": [1, 2]})
+    repro, store, exp_id = study
     names = ["vanilla-s1", "dea-s1", "vanilla-s2", "dea-s2", "lpea-s2"]
-    ids = {n: store.create_job("train", n, {}, str(tmp_path), experiment_id=exp.id,
+    ids = {n: store.create_job("train", n, {}, str(tmp_path), experiment_id=exp_id,
                                variant=n.split("-s")[0], seed=int(n[-1])).id
            for n in names}  # fmt: skip
     store.claim(ids["vanilla-s1"], "w", 60)  # running: cannot go first
-    repro.put_first(exp.id, ["lpea-s2", "vanilla-s2"])  # type: ignore[attr-defined]
+    repro.put_first(exp_id, ["lpea-s2", "vanilla-s2"])
     store.register_worker("w1", "train", 3)
     released = store.release_next("train", 0, 60, None)
     assert [store.get(j).name for j in released] == ["lpea-s2", "vanilla-s2"]  # type: ignore[union-attr]
     store.register_worker("w2", "train", 1)
     assert [store.get(j).name for j in store.release_next("train", 0, 60, None)] == ["dea-s1"]  # type: ignore[union-attr]
     with pytest.raises(SystemExit, match=r"--first: vanilla-s1 \(running\) not waiting"):
-        repro.put_first(exp.id, ["vanilla-s1"])  # type: ignore[attr-defined]
+        repro.put_first(exp_id, ["vanilla-s1"])
     with pytest.raises(SystemExit, match="--first: no run fixed-s1 in this experiment"):
-        repro.put_first(exp.id, ["fixed-s1", "dea-s2"])  # type: ignore[attr-defined]
+        repro.put_first(exp_id, ["fixed-s1", "dea-s2"])
 
 
 def test_a_run_reclaimed_after_a_lost_worker_counts_every_claim_in_its_wall(
@@ -318,29 +322,22 @@ def test_a_run_reclaimed_after_a_lost_worker_counts_every_claim_in_its_wall(
 
 
 def test_a_held_study_starts_no_new_run_until_the_hold_is_lifted(
-    tmp_path: Path, monkeypatch: object
+    tmp_path: Path, study: tuple[Any, JobStore, int]
 ) -> None:
     """``--no-new-runs-after``: while held, free workers get none of the study's waiting runs
     (a running one goes on); lifting the hold (a new driver does) lets them through again, and
     an admin's queued-jobs limit for the owner outlives both."""
-    import pytest
-
-    mp: pytest.MonkeyPatch = monkeypatch  # type: ignore[assignment]
-    db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
-    mp.setenv("SYNATTN_DATABASE_URL", db)
-    repro: Any = _load_reproduce()
-    store = JobStore(db)
-    exp = store.create_experiment("study", "vanilla", {"seeds": [1, 2]})
-    ids = [store.create_job("train", f"vanilla-s{k}", {}, str(tmp_path), experiment_id=exp.id,
+    repro, store, exp_id = study
+    ids = [store.create_job("train", f"vanilla-s{k}", {}, str(tmp_path), experiment_id=exp_id,
                             variant="vanilla", seed=k, owner="admin").id
            for k in (1, 2, 3)]  # fmt: skip
     store.set_quota("admin", 50, None)
     assert store.claim(ids[0], "w", 60)
     store.register_worker("w1", "train", 3)
-    repro.hold_new_runs(exp.id, True)
+    repro.hold_new_runs(exp_id, True)
     assert store.release_next("train", 0, 60, None) == []
     assert store.heartbeat(ids[0], "w")  # the running run is untouched
     assert store.get(ids[0]).state == "running"  # type: ignore[union-attr]
-    repro.hold_new_runs(exp.id, False)
+    repro.hold_new_runs(exp_id, False)
     assert store.release_next("train", 0, 60, None) == ids[1:]
     assert [(q.user, q.max_queued, q.max_running) for q in store.quotas()] == [("admin", 50, None)]
