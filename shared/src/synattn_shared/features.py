@@ -7,9 +7,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import nltk
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
@@ -18,6 +17,9 @@ from synattn_shared.records import SentenceRecord
 from synattn_shared.syntax.derived import Scheme, derive_tree, flat_features, flat_features_batch
 from synattn_shared.syntax.distance import shape_distances
 from synattn_shared.syntax.trees import bracket, collapse, leaf_depths
+
+if TYPE_CHECKING:  # nltk loads scipy.stats (1-2 s): imported where a tree is built
+    import nltk
 
 Constituency = Literal["auto", "given", "derived"]
 

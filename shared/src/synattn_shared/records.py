@@ -8,10 +8,12 @@ word index, -1 for specials and padding.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-
-import nltk
+from typing import TYPE_CHECKING
 
 from synattn_shared.errors import SyntaxInputError
+
+if TYPE_CHECKING:  # nltk loads scipy.stats (1-2 s): imported where a tree is built
+    import nltk
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-
-import nltk
-import nltk.tree.tree as nltk_tree
+from typing import TYPE_CHECKING
 
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.records import SentenceRecord
 from synattn_shared.syntax.trees import bracket, normalise_tree
+
+if TYPE_CHECKING:  # nltk loads scipy.stats (1-2 s): imported where a tree is built
+    import nltk
 
 # nltk refuses trees deeper than 500 by default; real right-branching 500-word parses get there.
 MAX_TREE_DEPTH = 2000
@@ -67,6 +68,9 @@ def parse_tree(
     text: str, *, source: str = "<string>", line: int = 1, sentence: int | str = 1
 ) -> nltk.Tree:
     """Parse and normalise one bracketed tree, with a located error on failure."""
+    import nltk
+    import nltk.tree.tree as nltk_tree
+
     nltk_tree.MAX_TREE_DEPTH = max(nltk_tree.MAX_TREE_DEPTH, MAX_TREE_DEPTH)
     try:
         tree = nltk.Tree.fromstring(text, remove_empty_top_bracketing=False)

@@ -8,13 +8,15 @@ pair (``two_level``) or a chain of binary nodes (``binary``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import nltk
 import numpy as np
 import numpy.typing as npt
 
 from synattn_shared.syntax.dependency import ancestor_matrix, validate_heads
+
+if TYPE_CHECKING:  # nltk loads scipy.stats (1-2 s): imported where a tree is built
+    import nltk
 
 Scheme = Literal["flat", "two_level", "binary"]
 
@@ -88,6 +90,8 @@ def derive_tree(
     Returns:
         A labelled tree whose leaves are ``words`` in order, every word under a preterminal.
     """
+    import nltk
+
     parent = projectivise(heads)
     n = parent.shape[0]
     deps: list[list[int]] = [[] for _ in range(n)]

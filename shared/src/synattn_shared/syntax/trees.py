@@ -7,9 +7,10 @@ A *shape* is an ordered unlabelled tree whose leaves are word indices: an ``int`
 from __future__ import annotations
 
 import sys
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-import nltk
+if TYPE_CHECKING:  # nltk loads scipy.stats (1-2 s): imported where a tree is built
+    import nltk
 
 # Tree walks recurse once per level; a 500-word right-branching parse is ~1000 levels deep with
 # preterminals. Python 3.11 runs Python-to-Python calls without growing the C stack, so a higher
@@ -32,11 +33,13 @@ PTB_UNESCAPE = {
 
 def _prune_empty(tree: nltk.Tree) -> nltk.Tree | None:
     """Drop ``-NONE-`` preterminals and constituents left without words (§1.1 step 2)."""
+    from nltk import Tree
+
     if tree.label() == EMPTY_ELEMENT:
         return None
     children: list[nltk.Tree | str] = []
     for child in tree:
-        if isinstance(child, nltk.Tree):
+        if isinstance(child, Tree):
             kept = _prune_empty(child)
             if kept is not None:
                 children.append(kept)
@@ -44,7 +47,7 @@ def _prune_empty(tree: nltk.Tree) -> nltk.Tree | None:
             children.append(child)
     if not children:
         return None
-    return nltk.Tree(tree.label(), children)
+    return Tree(tree.label(), children)
 
 
 def normalise_tree(tree: nltk.Tree, unescape: bool = True) -> nltk.Tree:
@@ -60,13 +63,15 @@ def normalise_tree(tree: nltk.Tree, unescape: bool = True) -> nltk.Tree:
     Raises:
         ValueError: when nothing but empty elements remains.
     """
+    from nltk import Tree
+
     pruned = _prune_empty(tree)
     if pruned is None:
         raise ValueError("tree has no words after removing empty elements")
     while (
-        isinstance(pruned, nltk.Tree)
+        isinstance(pruned, Tree)
         and len(pruned) == 1
-        and isinstance(pruned[0], nltk.Tree)
+        and isinstance(pruned[0], Tree)
         and pruned.label() in WRAPPER_LABELS
     ):
         pruned = pruned[0]
@@ -80,17 +85,21 @@ def normalise_tree(tree: nltk.Tree, unescape: bool = True) -> nltk.Tree:
 
 def leaf_depths(tree: nltk.Tree) -> list[int]:
     """Edges from the root of T to each word: the ``layer`` of §4.1 (POS, unary levels count)."""
-    if not isinstance(tree, nltk.Tree):
+    from nltk import Tree
+
+    if not isinstance(tree, Tree):
         return [0]
     return [len(pos) for pos in tree.treepositions("leaves")]
 
 
 def collapse(tree: nltk.Tree | str) -> Shape:
     """The collapsed tree C(T): every node with one child is replaced by that child (§1.1)."""
+    from nltk import Tree
+
     counter = iter(range(1 << 30))
 
     def walk(node: nltk.Tree | str) -> Shape:
-        if not isinstance(node, nltk.Tree):
+        if not isinstance(node, Tree):
             return next(counter)
         kids = [walk(child) for child in node]
         return kids[0] if len(kids) == 1 else kids
@@ -128,9 +137,11 @@ def binarize_right(shape: Shape) -> Shape:
 
 def shape_to_tree(shape: Shape, words: list[str] | tuple[str, ...], label: str = "X") -> nltk.Tree:
     """Label a shape with a constant label and the given words (for display and round trips)."""
+    from nltk import Tree
+
     if isinstance(shape, int):
-        return nltk.Tree(label, [words[shape]])
-    return nltk.Tree(label, [shape_to_tree(c, words, label) for c in shape])
+        return Tree(label, [words[shape]])
+    return Tree(label, [shape_to_tree(c, words, label) for c in shape])
 
 
 PTB_ESCAPE = {v: k for k, v in PTB_UNESCAPE.items() if v in "()"}

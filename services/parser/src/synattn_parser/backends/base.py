@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Protocol
-
-import nltk
+from typing import TYPE_CHECKING, Protocol
 
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.manifest import ParserInfo
 from synattn_shared.readers.ptb import parse_tree
 from synattn_shared.records import SentenceRecord
 from synattn_shared.syntax.trees import bracket, normalise_tree
+
+if TYPE_CHECKING:  # nltk loads scipy.stats (1-2 s): imported where a tree is built
+    import nltk
 
 SentenceInput = str | Sequence[str]  # raw text, or pretokenised words
 _SPACE = re.compile(r"\s+")
@@ -93,6 +94,8 @@ def join_sentence_trees(trees: Sequence[str]) -> str:
     Each tree is normalised (TOP/ROOT unwrapped, escapes undone); several trees are joined under a
     virtual ``TOP`` root, so the boundary splits get ``1 + max(sentence tree heights)``.
     """
+    import nltk
+
     if not trees:
         raise ValueError("no sentence trees to join")
     parsed: list[nltk.Tree] = [normalise_tree(parse_tree(t)) for t in trees]
