@@ -1,5 +1,5 @@
 """The job API over real HTTP against a real uvicorn process: auth, path checks, submit, cancel,
-progress events, experiments."""
+progress events, experiments. Tests that change no state share one server (``shared_api``)."""
 
 from __future__ import annotations
 
@@ -31,15 +31,17 @@ def test_requests_without_or_with_a_wrong_token_are_refused(api: tuple[str, str,
     "config",
     ["../configs/tiny.yaml", "configs/../../etc/passwd", "/etc/passwd", "/tmp/../etc/hosts"],
 )
-def test_paths_escaping_the_data_root_are_refused(api: tuple[str, str, Env], config: str) -> None:
-    base, token, _ = api
+def test_paths_escaping_the_data_root_are_refused(
+    shared_api: tuple[str, str, Env], config: str
+) -> None:
+    base, token, _ = shared_api
     r = httpx.post(f"{base}/v1/jobs/train", json={"spec": {"config": config}}, headers=_h(token))
     assert r.status_code == 422
     assert "data root" in r.text or "'..'" in r.text
 
 
-def test_data_paths_inside_the_config_are_checked(api: tuple[str, str, Env]) -> None:
-    base, token, env = api
+def test_data_paths_inside_the_config_are_checked(shared_api: tuple[str, str, Env]) -> None:
+    base, token, env = shared_api
     # a name of its own, written afresh: never through test_hostile's symlink to /etc/hostname
     bad = env.root / "configs" / "data-escape.yaml"
     bad.unlink(missing_ok=True)
@@ -73,8 +75,8 @@ def test_submit_get_cancel_and_follow_a_job(api: tuple[str, str, Env]) -> None:
     assert [j["id"] for j in listed] == [job["id"]]
 
 
-def test_oversized_bodies_are_refused(api: tuple[str, str, Env]) -> None:
-    base, token, _ = api
+def test_oversized_bodies_are_refused(shared_api: tuple[str, str, Env]) -> None:
+    base, token, _ = shared_api
     big = {"spec": {"config": "configs/tiny.yaml", "overrides": {"x": "y" * 1_100_000}}}
     r = httpx.post(f"{base}/v1/jobs/train", json=big, headers=_h(token))
     assert r.status_code == 413 and "larger than" in r.json()["detail"]

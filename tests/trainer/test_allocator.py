@@ -32,7 +32,7 @@ def test_a_run_trains_to_the_same_bits_under_the_workers_allocator(
     m30k: dict[str, Path], tmp_path: Path
 ) -> None:
     cfg = tiny_config(m30k, data={"max_tokens": 4096}, model={"d_model": 64, "d_ff": 128},
-                      train={"max_updates": 6})  # fmt: skip
+                      train={"max_updates": 3})  # fmt: skip
     spec = tmp_path / "config.json"
     spec.write_text(cfg.model_dump_json())
     plain = {k: v for k, v in os.environ.items() if k not in CHOSEN_BY_USER}
