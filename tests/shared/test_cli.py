@@ -74,3 +74,15 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
     wrong.write_text("hello")
     assert synattn("features", "--trees", str(wrong), "--out", str(out)).returncode == 2
     assert synattn("inspect", str(tmp_path / "empty")).returncode == 2
+
+
+def test_starting_the_cli_loads_no_tree_library_and_no_torch() -> None:
+    """Every command, API server and worker starts through these imports: nltk (which pulls in
+    scipy.stats, 1-2 s) and torch load only where a command builds a tree or a model."""
+    probe = (
+        "import sys; from synattn_shared.cli import _load_plugins; _load_plugins(); "
+        "print(sorted(m for m in ('nltk', 'scipy', 'torch', 'spacy') if m in sys.modules))"
+    )
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
