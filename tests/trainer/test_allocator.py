@@ -37,10 +37,11 @@ def test_a_run_trains_to_the_same_bits_under_the_workers_allocator(
     spec.write_text(cfg.model_dump_json())
     plain = {k: v for k, v in os.environ.items() if k not in CHOSEN_BY_USER}
     plain.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    if not training_env(plain):
+    chosen = training_env(plain)
+    if not chosen:
         pytest.skip("jemalloc is not installed here (apt install libjemalloc2)")
     digests = []
-    for k, env in enumerate((plain, {**plain, **training_env(plain)})):
+    for k, env in enumerate((plain, {**plain, **chosen})):
         out = subprocess.run([sys.executable, "-c", CHILD, str(spec), str(tmp_path / f"r{k}")],
                              env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
         assert out.returncode == 0, out.stderr[-2000:]

@@ -35,19 +35,20 @@ def _prune_empty(tree: nltk.Tree) -> nltk.Tree | None:
     """Drop ``-NONE-`` preterminals and constituents left without words (§1.1 step 2)."""
     from nltk import Tree
 
-    if tree.label() == EMPTY_ELEMENT:
-        return None
-    children: list[nltk.Tree | str] = []
-    for child in tree:
-        if isinstance(child, Tree):
-            kept = _prune_empty(child)
-            if kept is not None:
-                children.append(kept)
-        else:
-            children.append(child)
-    if not children:
-        return None
-    return Tree(tree.label(), children)
+    def prune(node: nltk.Tree) -> nltk.Tree | None:
+        if node.label() == EMPTY_ELEMENT:
+            return None
+        children: list[nltk.Tree | str] = []
+        for child in node:
+            if isinstance(child, Tree):
+                kept = prune(child)
+                if kept is not None:
+                    children.append(kept)
+            else:
+                children.append(child)
+        return Tree(node.label(), children) if children else None
+
+    return prune(tree)
 
 
 def normalise_tree(tree: nltk.Tree, unescape: bool = True) -> nltk.Tree:
@@ -139,9 +140,12 @@ def shape_to_tree(shape: Shape, words: list[str] | tuple[str, ...], label: str =
     """Label a shape with a constant label and the given words (for display and round trips)."""
     from nltk import Tree
 
-    if isinstance(shape, int):
-        return Tree(label, [words[shape]])
-    return Tree(label, [shape_to_tree(c, words, label) for c in shape])
+    def build(node: Shape) -> nltk.Tree:
+        if isinstance(node, int):
+            return Tree(label, [words[node]])
+        return Tree(label, [build(c) for c in node])
+
+    return build(shape)
 
 
 PTB_ESCAPE = {v: k for k, v in PTB_UNESCAPE.items() if v in "()"}
