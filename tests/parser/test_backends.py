@@ -6,6 +6,8 @@ inputs shaped like theirs, and their loaders are tested to fail with the install
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -51,6 +53,24 @@ def test_missing_spacy_model_names_the_install_command() -> None:
     status = {b.name: b for b in backend_status(ParserSettings(spacy_model="xx_missing_sm"))}
     assert not status["spacy"].available
     assert "python -m spacy download xx_missing_sm" in (status["spacy"].reason or "")
+
+
+def test_a_missing_model_is_reported_before_spacy_is_imported() -> None:
+    """Seconds of importing spaCy would only delay the install hint (a fresh process tells)."""
+    code = (
+        "import sys\n"
+        "from synattn_parser.backends import BackendUnavailable, load_parser\n"
+        "from synattn_parser.settings import ParserSettings\n"
+        "try:\n"
+        "    load_parser('spacy', ParserSettings(spacy_model='xx_missing_sm'))\n"
+        "except BackendUnavailable as exc:\n"
+        "    assert 'spacy download xx_missing_sm' in str(exc), exc\n"
+        "else:\n"
+        "    raise SystemExit('a missing model loaded')\n"
+        "assert 'spacy' not in sys.modules, 'spaCy was imported'\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
 
 
 def test_raw_text_whitespace_is_normalised(spacy_parser: SpacyParser) -> None:

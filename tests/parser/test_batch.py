@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from synattn_shared.errors import SyntaxInputError
 from synattn_shared.shards import ShardDataset
 from tests.conftest import data_file
 from tests.shared.test_cli import synattn
@@ -107,6 +108,26 @@ def test_bad_input_exits_2_with_one_line(corpus: tuple[Path, Path], tmp_path: Pa
     assert res.returncode == 2 and "unknown backend 'bogus'" in res.stderr
     res = parse("--src", str(src), "--out", str(tmp_path / "v"), "--spacy-model", "xx_none_sm")
     assert res.returncode == 2 and "python -m spacy download xx_none_sm" in res.stderr
+
+
+def test_an_empty_line_fails_before_any_parser_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from synattn_parser import batch
+
+    def no_parser(*_: object) -> None:
+        raise AssertionError("a parser was loaded for input that fails anyway")
+
+    monkeypatch.setattr(batch, "get_parser", no_parser)
+    holes = tmp_path / "holes.txt.gz"
+    with gzip.open(holes, "wt", encoding="utf-8") as fh:
+        fh.write("one line\ntwo line\n \nfour\n")
+    with pytest.raises(SyntaxInputError, match="empty line") as err:
+        batch.parse_corpus(holes, tmp_path / "out")
+    assert err.value.line == 3 and err.value.source == str(holes)
+    with pytest.raises(AssertionError, match="a parser was loaded"):  # the hole is past the limit
+        batch.parse_corpus(holes, tmp_path / "out", limit=2)
+    assert batch.first_empty_line(holes, 2) is None and batch.first_empty_line(holes, 9) == 3
 
 
 def test_other_input_into_the_same_directory_is_refused(

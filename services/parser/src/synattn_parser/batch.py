@@ -69,6 +69,19 @@ def count_lines(path: str | Path) -> int:
         return sum(1 for _ in fh)
 
 
+def first_empty_line(path: str | Path, stop: int) -> int | None:
+    """The 1-based number of the first blank line among the first ``stop``, or None.
+
+    A corpus is checked this way before any parser loads, so bad input fails in the
+    time it takes to read the file rather than the time it takes to load a model.
+    """
+    with open_text(path) as fh:
+        for k, line in enumerate(islice(fh, stop)):
+            if not line.strip():
+                return k + 1
+    return None
+
+
 def get_parser(backend: str, settings: ParserSettings) -> Parser:
     """The process's parser for this backend and configuration (loaded once)."""
     key = f"{backend}:{settings.model_dump_json()}"
@@ -215,6 +228,10 @@ def parse_corpus(
     total = n_src if limit is None else min(limit, n_src)
     if total == 0:
         raise SyntaxInputError("no sentences", source=str(src))
+    if (empty := first_empty_line(src, total)) is not None:  # before the model loads
+        raise SyntaxInputError(
+            "empty line; remove it from both sides of the corpus", source=str(src), line=empty
+        )
     parser = get_parser(backend, cfg)
     info = parser.info.model_copy()
     manifest = plan_manifest(src, tgt, out.name, info, options, rows_per_shard)
@@ -242,13 +259,6 @@ def parse_corpus(
             keep = total - index * rows_per_shard
             lines = lines[:keep]
             tgt_lines = None if tgt_lines is None else tgt_lines[:keep]
-        for k, line in enumerate(lines):  # fail before any work, not in a worker process
-            if not line.strip():
-                raise SyntaxInputError(
-                    "empty line; remove it from both sides of the corpus",
-                    source=str(src),
-                    line=index * rows_per_shard + k + 1,
-                )
         done = writer.done(index)
         if done is not None:
             if on_shard is not None:

@@ -14,7 +14,7 @@ from synattn_parser.backends.base import (
     parse_isolated,
 )
 from synattn_parser.backends.benepar_backend import INSTALL as BENEPAR_INSTALL
-from synattn_parser.backends.spacy_backend import DEFAULT_MODEL, spacy_install_hint
+from synattn_parser.backends.spacy_backend import find_spacy_model, spacy_install_hint
 from synattn_parser.backends.stanza_backend import stanza_install_hint
 from synattn_parser.settings import ParserSettings
 
@@ -50,16 +50,6 @@ class BackendStatus:
     reason: str | None = None
 
 
-def _spacy_model(settings: ParserSettings) -> str | None:
-    candidates = [settings.spacy_model]
-    if settings.spacy_model == DEFAULT_MODEL and settings.spacy_fallback:
-        candidates.append(settings.spacy_fallback)
-    for name in candidates:
-        if Path(name).is_dir() or importlib.util.find_spec(name) is not None:
-            return name
-    return None
-
-
 def _benepar_reason(settings: ParserSettings) -> str | None:
     if importlib.util.find_spec("benepar") is None:
         return "benepar is not installed; install it with: " + BENEPAR_INSTALL.format(
@@ -92,7 +82,7 @@ def _stanza_reason(settings: ParserSettings) -> str | None:
 def backend_status(settings: ParserSettings) -> list[BackendStatus]:
     """Every backend with whether it can be used here, checked without loading any model."""
     spacy_missing = None
-    if _spacy_model(settings) is None:
+    if find_spacy_model(settings.spacy_model, settings.spacy_fallback) is None:
         spacy_missing = (
             f"spaCy model {settings.spacy_model!r} is not installed; install it with: "
             f"{spacy_install_hint(settings.spacy_model)}"

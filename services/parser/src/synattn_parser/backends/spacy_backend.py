@@ -26,6 +26,20 @@ def spacy_install_hint(model: str) -> str:
     return f"python -m spacy download {model}"
 
 
+def find_spacy_model(model: str, fallback: str | None = None) -> str | None:
+    """The installed package or model directory to load for ``model``, or None.
+
+    The fallback counts only when ``model`` is the default ``en_core_web_sm``.
+    """
+    candidates = [model]
+    if model == DEFAULT_MODEL and fallback and fallback != model:
+        candidates.append(fallback)
+    for name in candidates:
+        if _is_path(name) or importlib.util.find_spec(name) is not None:
+            return name
+    return None
+
+
 def load_spacy(model: str, fallback: str | None = None, blas: Blas = "numpy") -> tuple[Any, str]:
     """Load a spaCy pipeline with a dependency parser (minus ``EXCLUDE``; its final attribute
     ruler pruned to what synattn reads and matching by lookups: ``speed_up_attribute_ruler``;
@@ -36,28 +50,24 @@ def load_spacy(model: str, fallback: str | None = None, blas: Blas = "numpy") ->
     Raises:
         BackendUnavailable: spaCy or the model is not installed (message has the install command).
     """
+    name = find_spacy_model(model, fallback)  # before spaCy is imported: a missing one fails fast
+    if name is None:
+        raise BackendUnavailable(
+            f"spaCy model {model!r} is not installed; install it with: {spacy_install_hint(model)}"
+        )
     try:
         import spacy
     except ImportError as exc:  # pragma: no cover - spaCy is a dependency of the package
         raise BackendUnavailable("spaCy is not installed; pip install spacy") from exc
-    candidates = [model]
-    if model == DEFAULT_MODEL and fallback and fallback != model:
-        candidates.append(fallback)
-    for name in candidates:
-        if importlib.util.find_spec(name) is None and not _is_path(name):
-            continue
-        nlp = spacy.load(name, exclude=EXCLUDE)
-        if "parser" not in nlp.pipe_names:
-            raise BackendUnavailable(f"spaCy model {name!r} has no dependency parser")
-        speed_up_attribute_ruler(nlp)
-        if blas == "numpy":
-            use_numpy_blas(nlp)
-        if name != model:
-            log.warning("spaCy model %s is not installed; using %s", model, name)
-        return nlp, name
-    raise BackendUnavailable(
-        f"spaCy model {model!r} is not installed; install it with: {spacy_install_hint(model)}"
-    )
+    nlp = spacy.load(name, exclude=EXCLUDE)
+    if "parser" not in nlp.pipe_names:
+        raise BackendUnavailable(f"spaCy model {name!r} has no dependency parser")
+    speed_up_attribute_ruler(nlp)
+    if blas == "numpy":
+        use_numpy_blas(nlp)
+    if name != model:
+        log.warning("spaCy model %s is not installed; using %s", model, name)
+    return nlp, name
 
 
 def _is_path(name: str) -> bool:
@@ -98,10 +108,10 @@ class SpacyParser:
         keep_words: int = 20_000,
         blas: Blas = "numpy",
     ) -> None:
-        import spacy
-
         if nlp is None:
             nlp, model_name = load_spacy(model, fallback, blas)
+        import spacy  # after load_spacy: a missing model is reported before this import
+
         self.nlp = nlp
         self.batch_size = batch_size
         self.keep_words = keep_words
