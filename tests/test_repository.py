@@ -185,6 +185,20 @@ def test_job_api_and_flower_service_commands_start_outside_docker(tmp_path):
     _serve(cmd, env, f"http://127.0.0.1:{port}/healthcheck", "flower")
 
 
+def test_postgres_counts_as_ready_only_once_it_listens_on_tcp():
+    """A first start initialises the database on a socket-only server (the official image and
+    deploy/images' stand-in both do), then restarts it; services that trusted a socket check
+    met "the database system is starting up". Checked over TCP, ready means the real server."""
+    compose_check = compose()["services"]["postgres"]["healthcheck"]["test"]
+    k8s = yaml.safe_load_all((REPO / "deploy" / "k8s" / "11-postgres.yaml").read_text())
+    sts = next(d for d in k8s if d and d["kind"] == "StatefulSet")
+    probe = sts["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"]
+    assert "pg_isready -h 127.0.0.1 " in compose_check[-1], compose_check
+    assert probe[:3] == ["pg_isready", "-h", "127.0.0.1"], probe
+    entrypoint = (REPO / "deploy" / "images" / "postgres-entrypoint.sh").read_text()
+    assert "listen_addresses=''" in entrypoint  # the init server this check must not see
+
+
 def test_kubernetes_manifests_cover_the_services():
     docs = [
         d
