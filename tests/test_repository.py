@@ -105,7 +105,11 @@ def test_parser_api_service_command_starts_outside_docker():
 
 @pytest.mark.parametrize(
     ("service", "module"),
-    [("parser-worker", "synattn_jobs.worker"), ("trainer-worker", "synattn_jobs.worker")],
+    [
+        ("parser-worker", "synattn_jobs.worker"),
+        ("trainer-worker", "synattn_jobs.worker"),
+        ("trainer-worker-cpu", "synattn_jobs.worker"),
+    ],
 )
 def test_worker_service_command_starts_outside_docker(service, module, tmp_path):
     import os
@@ -113,14 +117,19 @@ def test_worker_service_command_starts_outside_docker(service, module, tmp_path)
     svc = compose()["services"][service]
     cmd = list(svc["command"])
     exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
+    celery = shutil.which("celery") or str(REPO / ".venv/bin" / "celery")
     env = {**os.environ, **svc["environment"]}
     env["SYNATTN_BROKER_URL"] = "redis://127.0.0.1:6379/14"
     env["SYNATTN_DATABASE_URL"] = "sqlite://"  # compose's PostgreSQL host does not exist here
     env["SYNATTN_HOME"] = env["SYNATTN_DATA_ROOT"] = str(tmp_path)
     name = f"compose-check-{service}-{os.getpid()}@localhost"
-    extra = [] if "--pool" in cmd else ["--pool", "solo"]
+    if cmd[0] == "synattn":  # `synattn worker`: Celery's solo worker under its supervisor
+        extra = ["--name", name]
+    else:
+        extra = [*([] if "--pool" in cmd else ["--pool", "solo"]), "-n", name,
+                 "--without-gossip", "--without-mingle"]  # fmt: skip
     proc = subprocess.Popen(
-        [exe, *cmd[1:], *extra, "-n", name, "--without-gossip", "--without-mingle"],
+        [exe, *cmd[1:], *extra],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -129,7 +138,7 @@ def test_worker_service_command_starts_outside_docker(service, module, tmp_path)
         deadline = time.time() + 60
         while True:
             ping = subprocess.run(
-                [exe, "-A", module, "inspect", "ping", "-d", name, "--timeout", "2"],
+                [celery, "-A", module, "inspect", "ping", "-d", name, "--timeout", "2"],
                 env=env,
                 capture_output=True,
                 text=True,

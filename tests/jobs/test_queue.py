@@ -183,6 +183,7 @@ def test_sigterm_stops_the_worker_cleanly_and_the_job_resumes_elsewhere(over_red
     import psutil
 
     job_id = _submit(over_redis, "configs/mid.yaml")
+    log = over_redis.home / f"cli-worker-{len(over_redis.workers)}.log"
     w = _synattn_worker(over_redis, "--queues", "train")
     over_redis.wait(job_id, {"running"}, timeout=120, update=8)
     family = [psutil.Process(w.pid), *psutil.Process(w.pid).children(recursive=True)]
@@ -193,6 +194,8 @@ def test_sigterm_stops_the_worker_cleanly_and_the_job_resumes_elsewhere(over_red
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
     job = over_redis.store().get(job_id)
     assert job.state == "queued" and "shut down" in (job.error or "")
+    said = log.read_text(errors="replace")
+    assert "ready." in said and "Warm shutdown" in said, said[-2000:]  # Celery's own words
     stopped_at = job.progress["update"]
     assert stopped_at < 40
     over_redis.worker("train")

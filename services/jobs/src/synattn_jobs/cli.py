@@ -270,14 +270,16 @@ def worker_env(queues: str, environ: dict[str, str]) -> dict[str, str]:
 
 
 def start_worker(queues: str = "parse,train", extra_env: dict[str, str] | None = None,
-                 log: Path | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
+                 log: Path | None = None, name: str | None = None,
+                 ) -> subprocess.Popen[bytes]:  # fmt: skip
     """A Celery worker process (solo pool: one task at a time, no fork) for these settings; one
-    that trains starts with an allocator that keeps freed pages (``synattn_jobs.allocator``)."""
+    that trains starts with an allocator that keeps freed pages (``synattn_jobs.allocator``).
+    Its output goes to ``log``, or where this process's own goes (a container's log)."""
     cmd = [sys.executable, "-m", "celery", "-A", "synattn_jobs.worker", "worker", "-Q", queues,
            "--pool", "solo", "--concurrency", "1", "--loglevel", "INFO",
-           "--without-gossip", "--without-mingle"]  # fmt: skip
+           "--without-gossip", "--without-mingle", *(["-n", name] if name else [])]  # fmt: skip
     env = worker_env(queues, {**os.environ, **(extra_env or {})})
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+    out = open(log, "ab") if log else None  # noqa: SIM115
     return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
@@ -343,6 +345,9 @@ def report(
 def worker(
     queues: Annotated[str, typer.Option(help="comma-separated: parse, train")] = "parse,train",
     once: Annotated[bool, typer.Option(help="exit after one job (a Kubernetes Job)")] = False,
+    name: Annotated[
+        str | None, typer.Option(help="Celery node name (default celery@HOSTNAME)")
+    ] = None,
 ) -> None:
     """Run a worker in the foreground (solo pool, one job at a time).
 
@@ -350,7 +355,7 @@ def worker(
     training job saves a checkpoint and goes back on the queue. This command exits with the
     worker's status once it has stopped, never leaving it behind.
     """
-    proc = start_worker(queues, {"SYNATTN_WORKER_ONCE": "1"} if once else None)
+    proc = start_worker(queues, {"SYNATTN_WORKER_ONCE": "1"} if once else None, name=name)
     raise typer.Exit(code=supervise(proc))
 
 
