@@ -3,7 +3,8 @@
 Runs only against a stack that ``deploy/compose.sh test`` brought up (it sets
 ``SYNATTN_COMPOSE`` to its compose command and tears the stack down afterwards); elsewhere it
 skips with that reason. In order: a sentence through the parser API's published port, a token
-made with ``docker compose run --rm job-api synattn token create``, a parse job and a training
+made with ``docker compose run --rm job-api synattn token create``, jemalloc in the CPU trainer
+worker's training process, a parse job and a training
 job through the job API, Redis and then PostgreSQL restarted while the training job runs (it
 must still succeed, exactly once), one artifact downloaded through the API.
 """
