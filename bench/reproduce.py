@@ -332,6 +332,8 @@ def write_ledger(
         "name": job.name, "variant": job.variant, "seed": job.seed,
         "spec_digest": spec_digest(job.spec), "attempts": job.attempts,
         "started_at": job.started_at, "finished_at": job.finished_at,
+        # claims before the last one (a warm restart, a lost worker): the wall counts them
+        "earlier_claims_s": job.earlier_claims_s,
         "trained_with": trained_with, "result": res,
     }  # fmt: skip
     history = study_handoff.load_record(out, job.name)
@@ -385,7 +387,8 @@ def adopt_published(exp_id: str, results: Path, retrain_changed: bool = False) -
             print(f"{job.name}: its published translation is missing; training again")
             continue
         if store.adopt_finished(job.id, res, record.get("started_at"), record.get("finished_at"),
-                                record.get("attempts") or 1):  # fmt: skip
+                                record.get("attempts") or 1,
+                                record.get("earlier_claims_s")):  # fmt: skip
             taken.append(job.name)
     return taken
 

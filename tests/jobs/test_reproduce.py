@@ -318,6 +318,17 @@ def test_a_run_reclaimed_after_a_lost_worker_counts_every_claim_in_its_wall(
     info = repro.publish(exp.id, tmp_path / "results", {"command": "x"})
     assert info["runs"][0]["wall_s"] == round(last + done.earlier_claims_s, 1)
     assert info["runs"][0]["attempts"] == 2
+    # the next checkout's queue adopts the published run: its wall still counts both claims
+    home2 = tmp_path / "home2" / "jobs"
+    home2.mkdir(parents=True)
+    mp.setenv("SYNATTN_HOME", str(home2))
+    store2 = JobStore(f"sqlite:///{home2 / 'jobs.sqlite'}")
+    exp2 = store2.create_experiment("walls", "vanilla", {"seeds": [1]})
+    store2.create_job("train", "vanilla-s1", {"resolved": RESOLVED}, str(tmp_path),
+                      experiment_id=exp2.id, variant="vanilla", seed=1)  # fmt: skip
+    assert repro.adopt_published(exp2.id, tmp_path / "results") == ["vanilla-s1"]
+    again = repro.publish(exp2.id, tmp_path / "results", {"command": "x"})
+    assert again["runs"][0]["wall_s"] == info["runs"][0]["wall_s"]
     assert repro.claimed_s(store.create_job("train", "never", {}, str(tmp_path)), None) is None
 
 

@@ -531,10 +531,12 @@ class JobStore:
         started_at: float | None,
         finished_at: float | None,
         attempts: int = 1,
+        earlier_claims_s: float | None = None,
     ) -> bool:
         """Record a queued job as already succeeded elsewhere (a run published by an earlier
-        session of a study, bench/reproduce.py): its result and timing, no worker. Only a job
-        still queued is taken, so a job a worker claimed meanwhile trains as usual."""
+        session of a study, bench/reproduce.py): its result and timing (``earlier_claims_s``:
+        the claims before its last one), no worker. Only a job still queued is taken, so a job
+        a worker claimed meanwhile trains as usual."""
         stmt = (
             update(Job)
             .where(Job.id == job_id, Job.state == "queued")
@@ -544,6 +546,7 @@ class JobStore:
                 started_at=started_at,
                 finished_at=finished_at,
                 attempts=attempts,
+                earlier_claims_s=earlier_claims_s,
                 error=None,
             )
         )
