@@ -103,53 +103,52 @@ def test_parser_api_service_command_starts_outside_docker():
         proc.wait(timeout=15)
 
 
-@pytest.mark.parametrize(
-    ("service", "module"),
-    [
-        ("parser-worker", "synattn_jobs.worker"),
-        ("trainer-worker", "synattn_jobs.worker"),
-        ("trainer-worker-cpu", "synattn_jobs.worker"),
-    ],
-)
-def test_worker_service_command_starts_outside_docker(service, module, tmp_path):
+WORKER_SERVICES = ("parser-worker", "trainer-worker", "trainer-worker-cpu")
+
+
+def test_worker_service_commands_start_outside_docker(tmp_path):
+    """Each worker service's command, as compose runs it, starts a Celery worker that answers
+    a ping (all three at once: each takes seconds to start)."""
     import os
 
-    svc = compose()["services"][service]
-    cmd = list(svc["command"])
-    exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
     celery = shutil.which("celery") or str(REPO / ".venv/bin" / "celery")
-    env = {**os.environ, **svc["environment"]}
-    env["SYNATTN_BROKER_URL"] = "redis://127.0.0.1:6379/14"
-    env["SYNATTN_DATABASE_URL"] = "sqlite://"  # compose's PostgreSQL host does not exist here
-    env["SYNATTN_HOME"] = env["SYNATTN_DATA_ROOT"] = str(tmp_path)
-    name = f"compose-check-{service}-{os.getpid()}@localhost"
-    if cmd[0] == "synattn":  # `synattn worker`: Celery's solo worker under its supervisor
-        extra = ["--name", name]
-    else:
-        extra = [*([] if "--pool" in cmd else ["--pool", "solo"]), "-n", name,
-                 "--without-gossip", "--without-mingle"]  # fmt: skip
-    proc = subprocess.Popen(
-        [exe, *cmd[1:], *extra],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    env: dict[str, str] = {}
     try:
-        deadline = time.time() + 60
-        while True:
+        for service in WORKER_SERVICES:
+            svc = compose()["services"][service]
+            cmd = list(svc["command"])
+            exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
+            env = {**os.environ, **svc["environment"]}
+            env["SYNATTN_BROKER_URL"] = "redis://127.0.0.1:6379/14"
+            env["SYNATTN_DATABASE_URL"] = "sqlite://"  # compose's PostgreSQL host is not here
+            env["SYNATTN_HOME"] = env["SYNATTN_DATA_ROOT"] = str(tmp_path / service)
+            name = f"compose-check-{service}-{os.getpid()}@localhost"
+            if cmd[0] == "synattn":  # `synattn worker`: Celery's solo worker, supervised
+                extra = ["--name", name]
+            else:
+                extra = [*([] if "--pool" in cmd else ["--pool", "solo"]), "-n", name,
+                         "--without-gossip", "--without-mingle"]  # fmt: skip
+            procs[name] = subprocess.Popen([exe, *cmd[1:], *extra], env=env,
+                                           stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.time() + 90
+        waiting = set(procs)
+        while waiting:
             ping = subprocess.run(
-                [celery, "-A", module, "inspect", "ping", "-d", name, "--timeout", "2"],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            if ping.returncode == 0 and "pong" in ping.stdout:
-                break
-            assert proc.poll() is None, f"the {service} exited"
-            assert time.time() < deadline, ping.stdout + ping.stderr
+                [celery, "-A", "synattn_jobs.worker", "inspect", "ping", "-d", ",".join(waiting),
+                 "--timeout", "2"],
+                env=env, capture_output=True, text=True,
+            )  # fmt: skip
+            waiting = {n for n in waiting if f"{n}: OK" not in ping.stdout}
+            exited = [n for n in waiting if procs[n].poll() is not None]
+            assert not exited, f"exited: {exited}"
+            assert time.time() < deadline, f"no pong from {sorted(waiting)}: {ping.stdout}"
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        for proc in procs.values():
+            proc.terminate()
+        for proc in procs.values():
+            proc.wait(timeout=20)
 
 
 def _serve(cmd: list[str], env: dict, url: str, what: str) -> None:
