@@ -180,8 +180,7 @@ def _scorers(ref: str) -> None:
     import sacrebleu
 
     refs = [Path(ref).read_text(encoding="utf-8").splitlines()]
-    _SCORERS.update(bleu=sacrebleu.BLEU(references=refs), chrf=sacrebleu.CHRF(references=refs),
-                    n=len(refs[0]))  # fmt: skip
+    _SCORERS.update(bleu=sacrebleu.BLEU(references=refs), chrf=sacrebleu.CHRF(references=refs))
 
 
 def _score(hyp: str) -> tuple[int, float, float]:

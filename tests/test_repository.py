@@ -114,9 +114,10 @@ def test_worker_service_commands_start_outside_docker(tmp_path):
     celery = shutil.which("celery") or str(REPO / ".venv/bin" / "celery")
     procs: dict[str, subprocess.Popen[bytes]] = {}
     env: dict[str, str] = {}
+    services = compose()["services"]
     try:
         for service in WORKER_SERVICES:
-            svc = compose()["services"][service]
+            svc = services[service]
             cmd = list(svc["command"])
             exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
             env = {**os.environ, **svc["environment"]}
