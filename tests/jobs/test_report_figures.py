@@ -1,13 +1,15 @@
 """The study report's figures draw every run, including the runs an earlier session published
-and this queue adopted from ``results/`` (their run folders were on another checkout)."""
+and this queue adopted from ``results/`` (their run folders were on another checkout); the loss
+figure sets each system's runs against its baseline's."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from synattn_jobs.report import loss_curves, run_metrics
+from synattn_jobs.report import comparison, loss_curves, loss_panels, loss_points, run_metrics
 from synattn_jobs.store import JobStore
 
 
@@ -35,7 +37,7 @@ def test_a_published_runs_metrics_are_found_when_its_run_folder_is_gone(
         job = store.create_job("train", name, {}, str(out_dir), experiment_id=exp.id,
                                variant="vanilla", seed=int(name[-1]))  # fmt: skip
         store.claim(job.id, "w", 60)
-        store.finish(job.id, "succeeded", {"bleu": 30.0, **result})
+        store.finish(job.id, "succeeded", {"bleu": 30.0, "chrf": 50.0, **result})
     jobs = {j.name: j for j in store.jobs(experiment_id=exp.id)}
     assert run_metrics(jobs["vanilla-s1"]) == local
     assert run_metrics(jobs["vanilla-s2"]) == published
@@ -43,5 +45,73 @@ def test_a_published_runs_metrics_are_found_when_its_run_folder_is_gone(
     assert run_metrics(jobs["vanilla-s3"]) is None
     monkeypatch.chdir(tmp_path)
     assert run_metrics(jobs["vanilla-s4"]) == Path("runs") / "vanilla-s1" / "metrics.jsonl"
-    assert loss_curves([jobs["vanilla-s2"]], tmp_path / "loss.png") == tmp_path / "loss.png"
-    assert loss_curves([jobs["vanilla-s3"]], tmp_path / "none.png") is None
+    report = comparison(exp, list(jobs.values()), bootstrap=10)
+    assert (
+        loss_curves(report, [jobs["vanilla-s2"]], tmp_path / "loss.png") == tmp_path / "loss.png"
+    )
+    assert (tmp_path / "loss.png").read_bytes().startswith(b"\x89PNG")
+    assert loss_curves(report, [jobs["vanilla-s3"]], tmp_path / "none.png") is None
+
+
+def _events(path: Path, *events: dict[str, object]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def test_a_resumed_run_keeps_the_losses_it_went_on_with(tmp_path: Path) -> None:
+    log = _events(
+        tmp_path / "metrics.jsonl",
+        {"event": "start", "update": 0},
+        {"event": "update", "update": 100, "loss": 5.0},
+        {"event": "epoch", "update": 120, "valid_loss": 4.5},
+        {"event": "update", "update": 200, "loss": 4.0},
+        {"event": "end", "update": 210, "stopped": "cancelled"},
+        {"event": "start", "update": 150, "resumed": True},  # from its checkpoint at 150
+        {"event": "update", "update": 200, "loss": 3.9},
+        {"event": "epoch", "update": 240, "valid_loss": 3.8},
+        {"event": "checkpoint", "update": 250, "valid_loss": 3.7},  # not an epoch's end
+    )
+    assert loss_points(log) == {
+        "validation": [(120, 4.5), (240, 3.8)],
+        "training": [(100, 5.0), (200, 3.9)],
+    }
+
+
+def test_each_systems_panel_holds_its_seeds_and_its_own_baselines(tmp_path: Path) -> None:
+    """fixed-word is drawn against 8L (its paper's baseline), headmask against vanilla; a
+    baseline's panel has no baseline behind it; with one run shorter than an epoch every
+    panel falls back to training loss, so that all share one axis."""
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
+    exp = store.create_experiment(
+        "figs", "vanilla", {"seeds": [1, 2], "baselines": {"fixed-word": "8L"}}
+    )
+    for variant in ("vanilla", "8L", "fixed-word", "headmask-impt"):
+        for seed in (1, 2):
+            name = f"{variant}-s{seed}"
+            log = _events(
+                tmp_path / name / "metrics.jsonl",
+                {"event": "update", "update": 10, "loss": 6.0 + seed},
+                {"event": "epoch", "update": 20, "valid_loss": 5.0 + seed},
+            )
+            job = store.create_job("train", name, {}, str(log.parent), experiment_id=exp.id,
+                                   variant=variant, seed=seed)  # fmt: skip
+            store.claim(job.id, "w", 60)
+            store.finish(job.id, "succeeded", {"bleu": 30.0 + seed, "chrf": 50.0})
+    jobs = list(store.jobs(experiment_id=exp.id))
+    report = comparison(exp, jobs, bootstrap=10)
+    kind, panels = loss_panels(report, jobs)
+    assert kind == "validation"
+    by = {p["variant"]: p for p in panels}
+    assert set(by) == {"vanilla", "8L", "fixed-word", "headmask-impt"}
+    assert by["fixed-word"]["vs"] == "8L" and by["headmask-impt"]["vs"] == "vanilla"
+    assert by["vanilla"]["vs"] is None and by["vanilla"]["baseline"] == {}
+    assert by["fixed-word"]["runs"] == {"seed 1": [(20, 6.0)], "seed 2": [(20, 7.0)]}
+    assert by["fixed-word"]["baseline"] == by["8L"]["runs"]
+    assert loss_curves(report, jobs, tmp_path / "loss.png") == tmp_path / "loss.png"
+    # one run that logged no validation: the whole figure shows training loss
+    short = next(j for j in jobs if j.name == "headmask-impt-s2")
+    _events(Path(short.out_dir) / "metrics.jsonl", {"event": "update", "update": 5, "loss": 9.0})
+    kind, panels = loss_panels(report, jobs)
+    assert kind == "training"
+    assert {p["variant"]: p for p in panels}["headmask-impt"]["runs"]["seed 2"] == [(5, 9.0)]

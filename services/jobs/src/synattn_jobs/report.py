@@ -5,8 +5,8 @@ against its baseline the mean per-seed difference, a paired t-test over seeds, t
 bootstrap (sacreBLEU; seeds pooled: each seed's output is paired with the baseline's output of
 the same seed and the pairs are concatenated) and the verdict both must agree on
 (``synattn_jobs.verdict``); chrF, parameters and median training tokens/s. Fewer than three
-seeds print a warning in words. The HTML report embeds loss curves and, where a run
-logged them, gate and head-label heatmaps.
+seeds print a warning in words. The HTML report embeds loss curves (one panel per system, its
+baseline's runs behind it) and, where a run logged them, gate and head-label heatmaps.
 """
 
 from __future__ import annotations
@@ -272,39 +272,110 @@ def run_metrics(job: Job) -> Path | None:
     return None
 
 
-def loss_curves(jobs: list[Job], out: Path) -> Path | None:
-    """Training loss over updates for every run, one line each."""
+def loss_points(metrics: Path) -> dict[str, list[tuple[int, float]]]:
+    """A run's loss by update: ``validation`` at each epoch's end and ``training`` at each
+    logged update. A resumed run logs again the updates after its last checkpoint; the later
+    value is kept, the trajectory the run went on with."""
+    valid: dict[int, float] = {}
+    train: dict[int, float] = {}
+    for line in metrics.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        if rec.get("event") == "epoch" and rec.get("valid_loss") is not None:
+            valid[int(rec["update"])] = float(rec["valid_loss"])
+        elif rec.get("event") == "update" and rec.get("loss") is not None:
+            train[int(rec["update"])] = float(rec["loss"])
+    return {"validation": sorted(valid.items()), "training": sorted(train.items())}
+
+
+def loss_panels(report: dict[str, Any], jobs: list[Job]) -> tuple[str, list[dict[str, Any]]]:
+    """The loss figure's data: one panel per table row, its runs by seed, and the runs of the
+    baseline it is compared with, so that a row's curves are read against the curves its
+    verdict is measured on (a collapse shows as a rise its baseline does not make). Validation
+    loss when every run logged it, else training loss for all (runs shorter than an epoch)."""
+    by_id = {j.id: j for j in jobs}
+    points: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for job in jobs:
+        metrics = run_metrics(job)
+        if metrics is not None:
+            points[job.id] = loss_points(metrics)
+    drawn = [p for p in points.values() if p["validation"] or p["training"]]
+    if not drawn:
+        return "validation", []
+    kind = "validation" if all(p["validation"] for p in drawn) else "training"
+
+    def curves(ids: list[str]) -> dict[str, list[tuple[int, float]]]:
+        out = {}
+        for i in ids:
+            if points.get(i, {}).get(kind) and i in by_id:
+                job = by_id[i]
+                out[f"seed {job.seed}" if job.seed is not None else job.name] = points[i][kind]
+        return dict(sorted(out.items()))
+
+    rows = {r["variant"]: r for r in report["rows"]}
+    panels = []
+    for row in report["rows"]:
+        own = curves(row["jobs"])
+        if not own:
+            continue
+        vs = row.get("vs")
+        base = curves(rows[vs]["jobs"]) if vs in rows else {}
+        panels.append({"variant": row["variant"], "vs": vs if base else None, "runs": own,
+                       "baseline": base})  # fmt: skip
+    return kind, panels
+
+
+def loss_curves(report: dict[str, Any], jobs: list[Job], out: Path) -> Path | None:
+    """Loss over updates, one panel per system (``loss_panels``): its seeds in colour, its
+    baseline's seeds in grey behind them. None when no run logged a loss."""
+    import math
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    drawn = 0
-    for job in jobs:
-        metrics = run_metrics(job)
-        if metrics is None:
-            continue
-        pts = [
-            (rec["update"], rec["loss"])
-            for rec in map(json.loads, metrics.read_text(encoding="utf-8").splitlines())
-            if rec.get("event") == "update"
-        ]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), label=job.name)
-            drawn += 1
-    if not drawn:
-        plt.close(fig)
+    kind, panels = loss_panels(report, jobs)
+    if not panels:
         return None
-    ax.set_xlabel("update")
-    ax.set_ylabel("training loss (label-smoothed, per token)")
-    if drawn > 12:  # a study's many runs: the legend beside the plot, not over the curves
-        fig.set_size_inches(7 + 1.8 * (1 + drawn // 20), 4)
-        ax.legend(fontsize=6, ncol=1 + drawn // 20, loc="upper left", bbox_to_anchor=(1.01, 1))
-    else:
-        ax.legend(fontsize=7)
-    ax.set_title("loss curves")
-    fig.tight_layout()
+    cols = min(4, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.5 * rows + 0.6), sharex=True,
+                             sharey=True, squeeze=False)  # fmt: skip
+    labels = sorted({label for p in panels for label in p["runs"]})
+    colour = {label: f"C{i % 10}" for i, label in enumerate(labels)}
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        for label, pts in panel["baseline"].items():
+            ax.plot(*zip(*pts, strict=True), color="0.75", lw=0.9,
+                    label=f"baseline {label}")  # fmt: skip
+        for label, pts in panel["runs"].items():
+            ax.plot(*zip(*pts, strict=True), color=colour[label], lw=1.1, label=label)
+        title = panel["variant"] + (f"  (grey: {panel['vs']})" if panel["vs"] else "")
+        ax.set_title(title, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    # the early, steep part of every curve would flatten the end, where systems differ: show
+    # up to 1 nat above the worst final loss
+    every = [v for p in panels for c in (*p["runs"].values(), *p["baseline"].values())
+             for _, v in c if math.isfinite(v)]  # fmt: skip
+    finals = [c[-1][1] for p in panels for c in p["runs"].values() if math.isfinite(c[-1][1])]
+    if every and finals:
+        low, high = min(every), min(max(every), max(finals) + 1.0)
+        pad = 0.03 * max(high - low, 1e-3)
+        axes.flat[0].set_ylim(low - pad, high + pad)
+    for ax in axes[-1]:
+        ax.set_xlabel("update", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"{kind} loss", fontsize=8)
+    handles = [Line2D([], [], color=colour[label], label=label) for label in labels]
+    handles.append(Line2D([], [], color="0.75", label="the baseline's runs"))
+    fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=len(handles))
+    what = "at each epoch's end" if kind == "validation" else "(label-smoothed, per token)"
+    fig.suptitle(f"{kind.capitalize()} loss {what}, per system", fontsize=9, x=0.01,
+                 ha="left")  # fmt: skip
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     atomic_write_with(
         out, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
     )
@@ -320,9 +391,10 @@ def write_html(report: dict[str, Any], jobs: list[Job], out_dir: Path) -> Path:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     figures: list[dict[str, str]] = []
-    curves = loss_curves(jobs, out_dir / "loss.png")
+    curves = loss_curves(report, jobs, out_dir / "loss.png")
     if curves:
-        figures.append({"title": "Loss curves", "png": _png_b64(curves)})
+        figures.append({"title": "Loss curves per system, each against its baseline",
+                        "png": _png_b64(curves)})  # fmt: skip
     for job in jobs:
         metrics = run_metrics(job)
         if job.state != "succeeded" or metrics is None:
