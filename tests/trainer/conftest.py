@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import typer
+from typer.testing import CliRunner, Result
 
 from synattn_shared.shards import ShardDataset
 from synattn_trainer.config import TrainConfig
@@ -47,6 +50,24 @@ def m30k(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tok.save(str(d / "tok.json"))
     paths["tokenizer"] = d / "tok.json"
     return paths
+
+
+@functools.cache
+def _trainer_commands() -> typer.Typer:
+    from synattn_trainer.cli import register
+
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def trainer_cli(*args: str, status: int = 0) -> Result:
+    """The trainer's ``synattn`` commands in this process: the same code, without a second
+    start-up that imports torch (and matplotlib) again, 3-9 s a call with a checkpoint's load.
+    A test checks exit status and stderr as a user sees them through a real process."""
+    res = CliRunner().invoke(_trainer_commands(), list(args))
+    assert res.exit_code == status, (res.output, res.exception)
+    return res
 
 
 def tiny_config(m30k: dict[str, Path], **sections: dict) -> TrainConfig:

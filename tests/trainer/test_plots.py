@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
 from pathlib import Path
 
-import typer
-from typer.testing import CliRunner, Result
-
 from synattn_trainer.plots import variant_history
 from synattn_trainer.train import Trainer
-from tests.trainer.conftest import tiny_config
+from tests.trainer.conftest import tiny_config, trainer_cli
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -23,24 +19,6 @@ def synattn(*args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "synattn_shared.cli", *args],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-
-
-@functools.cache
-def _trainer_commands() -> typer.Typer:
-    from synattn_trainer.cli import register
-
-    app = typer.Typer()
-    register(app)
-    return app
-
-
-def synattn_here(*args: str, status: int = 0) -> Result:
-    """The trainer's ``synattn`` commands in this process: the same code, without a second
-    start-up that imports torch and matplotlib again (3-9 s a call with the checkpoint's
-    load). Exit status and stderr through a real process: ``synattn``."""
-    res = CliRunner().invoke(_trainer_commands(), list(args))
-    assert res.exit_code == status, (res.output, res.exception)
-    return res
 
 
 def test_gate_heatmap_label_history_and_attention_png(
@@ -79,18 +57,18 @@ def test_gate_heatmap_label_history_and_attention_png(
     assert again == {f"enc_self.1.gate.h{h}": means[f"enc_self.1.h{h}"] for h in range(4)} | {
         f"enc_self.1.gate_std.h{h}": stds[f"enc_self.1.h{h}"] for h in range(4)}  # fmt: skip
 
-    synattn_here("plot", "gates", str(run))
+    trainer_cli("plot", "gates", str(run))
     assert (run / "plots" / "gates.png").read_bytes().startswith(PNG)
-    synattn_here("plot", "labels", str(run))
+    trainer_cli("plot", "labels", str(run))
     assert (run / "plots" / "rhe-labels.png").read_bytes().startswith(PNG)
     for kind in ("enc_self", "enc_dec"):
         out = tmp_path / f"{kind}.png"
-        synattn_here(
+        trainer_cli(
             "plot", "attention", "--checkpoint", str(run / "averaged.pt"), "--data",
             str(m30k["valid"]), "--row", "3", "--kind", kind, "--layer", "0", "--out", str(out),
         )  # fmt: skip
         assert out.read_bytes().startswith(PNG)
-    bad = synattn_here(
+    bad = trainer_cli(
         "plot", "attention", "--checkpoint", str(run / "averaged.pt"), "--data",
         str(m30k["valid"]), "--layer", "9", "--out", str(tmp_path / "x.png"), status=2,
     )  # fmt: skip
@@ -122,7 +100,7 @@ def test_attention_export_holds_every_module_as_applied(
     run = tmp_path / "fixed"
     Trainer(cfg, run, progress=False).train()
     out = tmp_path / "att.npz"
-    synattn_here("attention", "--checkpoint", str(run / "averaged.pt"), "--data",
+    trainer_cli("attention", "--checkpoint", str(run / "averaged.pt"), "--data",
                  str(m30k["valid"]), "--row", "2", "--out", str(out))  # fmt: skip
     z = np.load(out)
     names = {"enc_self.0", "enc_self.1", "dec_self.0", "dec_self.1", "enc_dec.0", "enc_dec.1"}

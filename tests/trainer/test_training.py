@@ -21,7 +21,7 @@ from synattn_trainer.evaluate import corpus_bleu, paired_bootstrap
 from synattn_trainer.model import Transformer, count_parameters
 from synattn_trainer.tokenizer import load_tokenizer
 from synattn_trainer.train import Trainer, load_model, lr_factor
-from tests.trainer.conftest import tiny_config
+from tests.trainer.conftest import tiny_config, trainer_cli
 
 
 def test_m30k_small_has_the_spec_parameter_count() -> None:
@@ -227,12 +227,8 @@ def test_translate_and_evaluate_cli(m30k: dict[str, Path], tmp_path: Path) -> No
     Trainer(cfg, tmp_path / "run", progress=False).train()
     synattn = [sys.executable, "-m", "synattn_shared.cli"]
     hyp = tmp_path / "hyp.de"
-    res = subprocess.run(
-        [*synattn, "translate", "--checkpoint", str(tmp_path / "run" / "averaged.pt"),
-         "--data", str(m30k["valid"]), "--out", str(hyp), "--beam", "2"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
+    trainer_cli("translate", "--checkpoint", str(tmp_path / "run" / "averaged.pt"),
+                "--data", str(m30k["valid"]), "--out", str(hyp), "--beam", "2")  # fmt: skip
     lines = hyp.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 60
     from synattn_trainer.inference import translate_split
@@ -240,12 +236,9 @@ def test_translate_and_evaluate_cli(m30k: dict[str, Path], tmp_path: Path) -> No
     # the file holds the detokenised output of the translate loop, line for line
     assert lines == translate_split(tmp_path / "run" / "averaged.pt", m30k["valid"], beam=2)
     assert not any("▁" in line or "</s>" in line for line in lines)
-    res = subprocess.run(
-        [*synattn, "evaluate", "--hyp", str(hyp), "--ref", str(m30k["valid.de"]), "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
+    res = trainer_cli("evaluate", "--hyp", str(hyp), "--ref", str(m30k["valid.de"]), "--json")
     assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" in res.stdout
+    # bad input through real processes: exit status 2 and a one-line reason on stderr
     bad = subprocess.run(
         [*synattn, "evaluate", "--hyp", str(hyp), "--ref", str(tmp_path / "none.de")],
         capture_output=True, text=True, timeout=60,
