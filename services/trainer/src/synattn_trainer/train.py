@@ -205,6 +205,9 @@ def compile_forward(net: nn.Module, backend: str = "inductor") -> nn.Module:
     ``"eager"`` traces the same way without generating code (the tests)."""
     import torch.fx.experimental._config as fx_config
 
+    from synattn_trainer.variants.common import keep_outside_graphs
+
+    keep_outside_graphs()
     fx_config.use_duck_shape = False
     return cast(nn.Module, torch.compile(net, backend=backend, dynamic=True))
 

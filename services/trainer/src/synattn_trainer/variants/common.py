@@ -15,11 +15,36 @@ from synattn_trainer.variant_options import Heads
 Fn = TypeVar("Fn", bound=Callable[..., Any])
 
 
-def outside_graph(fn: Fn) -> Fn:
-    """``fn`` runs eagerly inside a compiled forward (a graph break) instead of being traced:
-    host-side work, or a Python number that changes every update and would otherwise be
-    guarded on, recompiling the graph each time (``train.compile``)."""
-    return cast(Fn, torch.compiler.disable(fn))  # type: ignore[no-untyped-call]
+def outside_graph(method: Fn) -> Fn:
+    """A method that runs eagerly inside a compiled forward (a graph break) instead of being
+    traced: host-side work, or a Python number that changes every update and would otherwise be
+    guarded on, recompiling the graph each time (``train.compile``).
+
+    The method stays a plain function until ``keep_outside_graphs`` (``compile_forward``, before
+    it compiles) wraps it in ``torch.compiler.disable``. That wrapper imports dynamo, 1-2 s of
+    the start-up of every process that loads a model, which only a compiled forward needs."""
+    return cast(Fn, _OutsideGraph(method))
+
+
+class _OutsideGraph:
+    """Registers the method when its class is created and puts the plain function back."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        _OUTSIDE_GRAPH.append((owner, name, self.fn))
+        setattr(owner, name, self.fn)
+
+
+_OUTSIDE_GRAPH: list[tuple[type, str, Callable[..., Any]]] = []
+
+
+def keep_outside_graphs() -> None:
+    """Wrap every ``outside_graph`` method in ``torch.compiler.disable``; idempotent."""
+    for owner, name, fn in _OUTSIDE_GRAPH:
+        if getattr(owner, name) is fn:
+            setattr(owner, name, torch.compiler.disable(fn))  # type: ignore[no-untyped-call]
 
 
 def logits_of(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
