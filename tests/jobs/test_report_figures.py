@@ -80,8 +80,8 @@ def test_a_resumed_run_keeps_the_losses_it_went_on_with(tmp_path: Path) -> None:
 
 def test_each_systems_panel_holds_its_seeds_and_its_own_baselines(tmp_path: Path) -> None:
     """fixed-word is drawn against 8L (its paper's baseline), headmask against vanilla; a
-    baseline's panel has no baseline behind it; with one run shorter than an epoch every
-    panel falls back to training loss, so that all share one axis."""
+    baseline's panel has no baseline behind it; a run still in its first epoch is left out
+    until it logs a validation loss; training loss only when no run logged one."""
     store = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
     exp = store.create_experiment(
         "figs", "vanilla", {"seeds": [1, 2], "baselines": {"fixed-word": "8L"}}
@@ -109,9 +109,20 @@ def test_each_systems_panel_holds_its_seeds_and_its_own_baselines(tmp_path: Path
     assert by["fixed-word"]["runs"] == {"seed 1": [(20, 6.0)], "seed 2": [(20, 7.0)]}
     assert by["fixed-word"]["baseline"] == by["8L"]["runs"]
     assert loss_curves(report, jobs, tmp_path / "loss.png") == tmp_path / "loss.png"
-    # one run that logged no validation: the whole figure shows training loss
-    short = next(j for j in jobs if j.name == "headmask-impt-s2")
-    _events(Path(short.out_dir) / "metrics.jsonl", {"event": "update", "update": 5, "loss": 9.0})
+    # a run still in its first epoch (no validation yet) waits; the others keep their panels
+    for name in ("headmask-impt-s2", "headmask-impt-s1"):
+        short = next(j for j in jobs if j.name == name)
+        log = Path(short.out_dir) / "metrics.jsonl"
+        _events(log, {"event": "update", "update": 5, "loss": 9.0})
+        kind, panels = loss_panels(report, jobs)
+        assert kind == "validation" and by["fixed-word"] in panels
+        impt = {p["variant"]: p for p in panels}.get("headmask-impt")
+        assert impt == ({"variant": "headmask-impt", "vs": "vanilla", "baseline": by["vanilla"]
+                         ["runs"], "runs": {"seed 1": [(20, 6.0)]}} if name.endswith("2")
+                        else None)  # fmt: skip
+    # no run logged a validation loss: training loss for all
+    for job in jobs:
+        _events(Path(job.out_dir) / "metrics.jsonl", {"event": "update", "update": 5, "loss": 8.0})
     kind, panels = loss_panels(report, jobs)
-    assert kind == "training"
-    assert {p["variant"]: p for p in panels}["headmask-impt"]["runs"]["seed 2"] == [(5, 9.0)]
+    assert kind == "training" and len(panels) == 4
+    assert {p["variant"]: p for p in panels}["headmask-impt"]["runs"]["seed 2"] == [(5, 8.0)]

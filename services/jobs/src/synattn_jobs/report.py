@@ -291,7 +291,8 @@ def loss_panels(report: dict[str, Any], jobs: list[Job]) -> tuple[str, list[dict
     """The loss figure's data: one panel per table row, its runs by seed, and the runs of the
     baseline it is compared with, so that a row's curves are read against the curves its
     verdict is measured on (a collapse shows as a rise its baseline does not make). Validation
-    loss when every run logged it, else training loss for all (runs shorter than an epoch)."""
+    loss, and only the runs that logged one (a run still in its first epoch waits); training
+    loss for all when none did (runs shorter than an epoch)."""
     by_id = {j.id: j for j in jobs}
     points: dict[str, dict[str, list[tuple[int, float]]]] = {}
     for job in jobs:
@@ -301,7 +302,7 @@ def loss_panels(report: dict[str, Any], jobs: list[Job]) -> tuple[str, list[dict
     drawn = [p for p in points.values() if p["validation"] or p["training"]]
     if not drawn:
         return "validation", []
-    kind = "validation" if all(p["validation"] for p in drawn) else "training"
+    kind = "validation" if any(p["validation"] for p in drawn) else "training"
 
     def curves(ids: list[str]) -> dict[str, list[tuple[int, float]]]:
         out = {}
@@ -345,11 +346,10 @@ def loss_curves(report: dict[str, Any], jobs: list[Job], out: Path) -> Path | No
     labels = sorted({label for p in panels for label in p["runs"]})
     colour = {label: f"C{i % 10}" for i, label in enumerate(labels)}
     for ax, panel in zip(axes.flat, panels, strict=False):
-        for label, pts in panel["baseline"].items():
-            ax.plot(*zip(*pts, strict=True), color="0.75", lw=0.9,
-                    label=f"baseline {label}")  # fmt: skip
+        for pts in panel["baseline"].values():
+            ax.plot(*zip(*pts, strict=True), color="0.75", lw=0.9)
         for label, pts in panel["runs"].items():
-            ax.plot(*zip(*pts, strict=True), color=colour[label], lw=1.1, label=label)
+            ax.plot(*zip(*pts, strict=True), color=colour[label], lw=1.1)
         title = panel["variant"] + (f"  (grey: {panel['vs']})" if panel["vs"] else "")
         ax.set_title(title, fontsize=8)
         ax.tick_params(labelsize=7)
@@ -371,7 +371,7 @@ def loss_curves(report: dict[str, Any], jobs: list[Job], out: Path) -> Path | No
         ax.set_ylabel(f"{kind} loss", fontsize=8)
     handles = [Line2D([], [], color=colour[label], label=label) for label in labels]
     handles.append(Line2D([], [], color="0.75", label="the baseline's runs"))
-    fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=len(handles))
+    fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=min(len(handles), 6))
     what = "at each epoch's end" if kind == "validation" else "(label-smoothed, per token)"
     fig.suptitle(f"{kind.capitalize()} loss {what}, per system", fontsize=9, x=0.01,
                  ha="left")  # fmt: skip
