@@ -101,7 +101,7 @@ def test_attention_export_holds_every_module_as_applied(
     Trainer(cfg, run, progress=False).train()
     out = tmp_path / "att.npz"
     trainer_cli("attention", "--checkpoint", str(run / "averaged.pt"), "--data",
-                 str(m30k["valid"]), "--row", "2", "--out", str(out))  # fmt: skip
+                str(m30k["valid"]), "--row", "2", "--out", str(out))  # fmt: skip
     z = np.load(out)
     names = {"enc_self.0", "enc_self.1", "dec_self.0", "dec_self.1", "enc_dec.0", "enc_dec.1"}
     assert names <= set(z.files)
