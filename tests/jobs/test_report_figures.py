@@ -13,11 +13,16 @@ from synattn_jobs.report import comparison, loss_curves, loss_panels, loss_point
 from synattn_jobs.store import JobStore
 
 
-def _log(path: Path) -> Path:
+def _events(path: Path, *events: dict[str, object]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = (f'{{"event": "update", "update": {u}, "loss": {9 - u / 10}}}\n' for u in range(1, 9))
-    path.write_text("".join(lines))
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
     return path
+
+
+def _log(path: Path) -> Path:
+    return _events(
+        path, *({"event": "update", "update": u, "loss": 9 - u / 10} for u in range(1, 9))
+    )
 
 
 def test_a_published_runs_metrics_are_found_when_its_run_folder_is_gone(
@@ -51,12 +56,6 @@ def test_a_published_runs_metrics_are_found_when_its_run_folder_is_gone(
     )
     assert (tmp_path / "loss.png").read_bytes().startswith(b"\x89PNG")
     assert loss_curves(report, [jobs["vanilla-s3"]], tmp_path / "none.png") is None
-
-
-def _events(path: Path, *events: dict[str, object]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    return path
 
 
 def test_a_resumed_run_keeps_the_losses_it_went_on_with(tmp_path: Path) -> None:
