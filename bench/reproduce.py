@@ -185,7 +185,7 @@ def publish(
     """Write the report, translations and ``run.json`` of the experiment's finished runs.
     ``trained_with``: the driver's workers, threads and CPU ISA, recorded with each run it finished
     (a run's wall time depends on how many ran beside it); None when only publishing."""
-    from synattn_jobs.report import comparison, write_html
+    from synattn_jobs.report import comparison, scored, write_html
     from synattn_shared.atomic import atomic_write_text
 
     store = study_store()
@@ -196,6 +196,7 @@ def publish(
     report = comparison(exp, jobs)
     write_html(report, jobs, out)
     runs = []
+    protocols: dict[str, str] = dict(exp.spec.get("protocols") or {})
     translations = out / "translations"
     translations.mkdir(parents=True, exist_ok=True)
     for job in sorted(jobs, key=lambda j: j.name):
@@ -211,8 +212,10 @@ def publish(
         wall = wall or res.get("wall_s")  # a record rebuilt without its timestamps keeps its wall
         if wall and job.state == "succeeded":  # the stretches earlier checkouts handed off
             wall += float(record.get("earlier_wall_s") or 0.0)
+        model = scored(job, protocols.get(job.variant or ""))  # the row's protocol's model
         runs.append({"name": job.name, "variant": job.variant, "seed": job.seed,
-                     "state": job.state, "bleu": res.get("bleu"), "updates": res.get("update"),
+                     "state": job.state, "bleu": model["bleu"],
+                     "selection": model["selection"], "updates": res.get("update"),
                      "wall_s": round(wall, 1) if wall else None, "attempts": job.attempts,
                      "tokens_per_s": res.get("tokens_per_s"),
                      "trained_with": record.get("trained_with")})  # fmt: skip

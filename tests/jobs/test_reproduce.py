@@ -352,3 +352,39 @@ def test_a_held_study_starts_no_new_run_until_the_hold_is_lifted(
     repro.hold_new_runs(exp_id, False)
     assert store.release_next("train", 0, 60, None) == ids[1:]
     assert [(q.user, q.max_queued, q.max_running) for q in store.quotas()] == [("admin", 50, None)]
+
+
+def test_run_json_scores_each_run_by_its_rows_protocol(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run.json`` lists each run's BLEU under its row's final-model protocol (seed 003's
+    best-validation checkpoint, seed 004's last one), as ``report.json`` scores it, and says
+    which model that is; a run whose variant has no protocol keeps its primary model."""
+    monkeypatch.delenv("SYNATTN_DATABASE_URL", raising=False)
+    monkeypatch.setenv("SYNATTN_HOME", str(tmp_path / "jobs"))
+    (tmp_path / "jobs").mkdir()
+    repro: Any = _load_reproduce()
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs' / 'jobs.sqlite'}")
+    spec = {"seeds": [1], "protocols": {"slr-gated": "best_valid"}}
+    exp = store.create_experiment("proto", "vanilla", spec)
+    ref = tmp_path / "ref.test.txt"
+    ref.write_text("ein hund\n")
+    for variant in ("vanilla", "slr-gated"):
+        hyps = {sel: tmp_path / f"{variant}.{sel}.txt" for sel in ("average", "best_valid")}
+        for path in hyps.values():
+            path.write_text("ein hund\n")
+        job = store.create_job("train", f"{variant}-s1", {"resolved": RESOLVED}, str(tmp_path),
+                               experiment_id=exp.id, variant=variant, seed=1)  # fmt: skip
+        store.claim(job.id, "w", 60)
+        by = {
+            "average": {"bleu": 37.5, "chrf": 60.0, "hyp": str(hyps["average"])},
+            "best_valid": {"bleu": 36.0, "chrf": 59.0, "hyp": str(hyps["best_valid"])},
+        }
+        store.finish(job.id, "succeeded", {"bleu": 37.5, "chrf": 60.0, "split": "test",
+                                           "hyp": str(hyps["average"]), "ref": str(ref),
+                                           "update": 600, "selection": "average",
+                                           "by_selection": by})  # fmt: skip
+    repro.publish(exp.id, tmp_path / "results", {"command": "x"}, None)
+    runs = json.loads((tmp_path / "results" / "proto" / "run.json").read_text())["runs"]
+    assert {r["name"]: (r["bleu"], r["selection"]) for r in runs} == {
+        "slr-gated-s1": (36.0, "best_valid"), "vanilla-s1": (37.5, "average")}  # fmt: skip
