@@ -53,9 +53,9 @@ def test_table_rows_come_from_the_reports(tmp_path: Path) -> None:
 
 def test_verdicts_stand_on_p_values_adjusted_over_the_table(tmp_path: Path) -> None:
     """Two rows, each 'better' alone at p = 0.04: Holm over the table's rows makes the larger
-    one 0.08, so that row's verdict is inconclusive; the early table is labelled as such."""
+    one 0.08, so that row's verdict is inconclusive; the earlier tables are labelled as such."""
     c = claims()
-    for name in ("study-conv", "headline-tiny8"):
+    for name in (c.STUDY, c.SHORT, c.EARLY):
         exp = tmp_path / name
         exp.mkdir()
         rows = [
@@ -73,20 +73,23 @@ def test_verdicts_stand_on_p_values_adjusted_over_the_table(tmp_path: Path) -> N
             "hardware": {"device": "cpu", "cpu_count": 2, "threads_per_worker": 1},
         }))  # fmt: skip
     text = c.render(tmp_path)
-    study, early = text.split("**Early training, previous protocol**")
-    for part in (study, early):
+    study, rest = text.split("**Shorter budget, same protocol**")
+    short, early = rest.split("**Early training, previous protocol**")
+    for part, name in ((study, c.STUDY), (short, c.SHORT), (early, c.EARLY)):
         lines = {s: next(x for x in part.splitlines() if f"`{s}`" in x and "|" in x)
                  for s in ("slr-gated", "fixed-word")}  # fmt: skip
         for line in lines.values():
             assert "| 0.020 | 0.080 | **inconclusive** |" in line, line
+            assert f"`{name}` |" in line, line  # each table names its experiment
     assert "not evidence about the papers" in early
+    assert "2.6 BLEU below its converged score" in short
 
 
 def test_controls_stand_beside_their_systems(tmp_path: Path) -> None:
     """A control planned in the study gets a row: its own Δ, and the system minus the control
     paired on the seeds both finished; a system not yet run leaves that cell empty."""
     c = claims()
-    exp = tmp_path / "study-conv"
+    exp = tmp_path / c.STUDY
     exp.mkdir()
     rows = [
         {"variant": "vanilla", "bleu_by_seed": {"1": 30.0, "2": 31.0}, "is_baseline": True},
@@ -98,13 +101,13 @@ def test_controls_stand_beside_their_systems(tmp_path: Path) -> None:
         {"variant": "headmask-random", "bleu_by_seed": {"1": 29.0}, "vs": "vanilla",
          "delta": -1.0, "diffs": {"1": -1.0}},
     ]  # fmt: skip
-    (exp / "report.json").write_text(json.dumps({"name": "study-conv", "seeds": [1, 2, 3],
+    (exp / "report.json").write_text(json.dumps({"name": c.STUDY, "seeds": [1, 2, 3],
                                                  "rows": rows}))  # fmt: skip
     (exp / "run.json").write_text(json.dumps({
         "budget": {"model": "3+3 layers", "max_updates": 3500, "max_tokens": 4096},
         "hardware": {"device": "cpu", "cpu_count": 2, "threads_per_worker": 1},
     }))  # fmt: skip
-    text = c.render(tmp_path, early=None)
+    text = c.render(tmp_path, earlier=())
     lpea = next(x for x in text.splitlines() if x.startswith("| `rhe+lpea` | `lpea` |"))
     # rhe+lpea minus lpea on seeds 1 and 2: -1.0 and +1.0
     assert "| -0.25 ± 0.35 vs vanilla | -0.25 ± 1.06 vs vanilla | +0.00 ± 1.41 (2 seeds) |" in lpea
