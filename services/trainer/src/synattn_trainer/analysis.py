@@ -27,9 +27,7 @@ def _batches(model: Transformer, corpus: Corpus, max_tokens: int = 2048):  # typ
     the first GPU run: the end-of-training gate log of gated SLR failed there)."""
     requests = model.feature_requests()
     device = next(model.parameters()).device
-    for index in token_batches(
-        [len(s) for s in corpus.src], [len(t) - 1 for t in corpus.tgt], max_tokens, 0, -1
-    ):
+    for index in token_batches(corpus.src_lens(), corpus.tgt_lens() - 1, max_tokens, 0, -1):
         yield make_batch(corpus, index, requests).to(device)
 
 

@@ -1,11 +1,12 @@
-"""Parallel data from parse shards: subword ids at load time, token-budget batches, syntax tensors.
+"""Parallel data from parse shards: subword ids encoded once, token-budget batches, syntax tensors.
 
-Shards stay word-level; subword ids and the source subword -> word map are computed when the data
-is loaded (``tokenizers`` encodes Multi30k in about a second), so a new vocabulary never means
-re-parsing. Batches group sentences of similar length under a source-token budget; their order is
-a pure function of (seed, epoch), so a run resumes mid-epoch at the exact batch it stopped at.
-Syntax features are built per batch from the variants' typed requests
-(``synattn_shared.requests``), at subword level, and moved to the training device.
+Shards stay word-level; subword ids and the source subword -> word map are computed once per
+split and vocabulary and kept in a memory-mapped cache (``encoded``), so a new vocabulary never
+means re-parsing and a corpus of millions of pairs costs each process only its lengths. Batches
+group sentences of similar length under a token budget; their order is a pure function of
+(seed, epoch), so a run resumes mid-epoch at the exact batch it stopped at. Syntax features
+are built per batch from the variants' typed requests (``synattn_shared.requests``), at
+subword level, and moved to the training device.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, overload
 
 import numpy as np
 import torch
@@ -22,15 +23,44 @@ from torch import Tensor
 
 from synattn_shared.requests import FeatureRequest, build_features
 from synattn_shared.shards import ShardDataset
+from synattn_trainer.encoded import ROW_COLUMNS, SYNTAX_COLUMNS, MappedCorpus, open_corpus
 from synattn_trainer.tokenizer import PAD_ID, encode_source, encode_target
 
-SYNTAX_COLUMNS = ("words", "dep_head", "upos", "syn_dist", "const_layer", "has_syntax", "tree")
+__all__ = ["SYNTAX_COLUMNS", "Corpus", "MappedCorpus", "MemoryCorpus"]
+
 Features = dict[FeatureRequest, Tensor]  # a batch's syntax tensors, by what asked for them
 
 
+class Corpus(Protocol):
+    """One split, encoded: source and target ids, word maps, and the rows' syntax columns.
+
+    Two kinds: ``MappedCorpus`` (a split's shards, read from its memory-mapped cache; what
+    training uses) and ``MemoryCorpus`` (rows held in memory: a parser API's sentences, tests).
+    Both give the same values for the same rows.
+    """
+
+    @property
+    def src(self) -> Sequence[np.ndarray]: ...
+    @property
+    def tgt(self) -> Sequence[np.ndarray]: ...
+    @property
+    def s2w(self) -> Sequence[np.ndarray]: ...
+    @property
+    def rows(self) -> Sequence[dict[str, Any]]: ...
+    @property
+    def refs(self) -> Sequence[str]: ...
+    @property
+    def words(self) -> Sequence[list[str]]: ...
+    def __len__(self) -> int: ...
+    def src_lens(self) -> np.ndarray: ...
+    def tgt_lens(self) -> np.ndarray: ...
+    def take_rows(self, index: Sequence[int]) -> list[dict[str, Any]]: ...
+
+
 @dataclass
-class Corpus:
-    """One split, encoded: source and target ids, word maps, and the rows' syntax columns."""
+class MemoryCorpus:
+    """A split held in memory as arrays and row dicts (small inputs; the reference that the
+    mapped corpus is tested against)."""
 
     src: list[np.ndarray]
     tgt: list[np.ndarray]
@@ -42,6 +72,15 @@ class Corpus:
     def __len__(self) -> int:
         return len(self.src)
 
+    def src_lens(self) -> np.ndarray:
+        return np.fromiter((len(s) for s in self.src), np.int32, len(self.src))
+
+    def tgt_lens(self) -> np.ndarray:
+        return np.fromiter((len(t) for t in self.tgt), np.int32, len(self.tgt))
+
+    def take_rows(self, index: Sequence[int]) -> list[dict[str, Any]]:
+        return [self.rows[i] for i in index]
+
 
 def load_corpus(
     shard_dir: str | Path,
@@ -50,8 +89,9 @@ def load_corpus(
     limit: int | None = None,
     require_tgt: bool = True,
     source_eos: bool = True,
+    mapped: bool = True,
 ) -> Corpus:
-    """Read a parsed split and encode it.
+    """Read a parsed split, encoded with ``tok``.
 
     Args:
         shard_dir: dataset written by ``synattn parse --tgt``.
@@ -60,13 +100,17 @@ def load_corpus(
         limit: keep only the first ``limit`` pairs.
         require_tgt: refuse shards without a target side (False: translation input).
         source_eos: append ``</s>`` to each source (``data.source_eos`` of the config).
+        mapped: read the split's memory-mapped cache (built on first use); False reads every
+            row into memory (the reference the cache is tested against).
 
     Raises:
-        ValueError: the shards have no target side.
+        ValueError: the shards have no target side, or changed after they were written.
     """
+    if mapped:
+        return open_corpus(shard_dir, tok, max_len, limit, require_tgt, source_eos)
     ds = ShardDataset(shard_dir)
     rows = []
-    for row in ds.iter_rows(columns=[*SYNTAX_COLUMNS, "tgt"]):
+    for row in ds.iter_rows(columns=list(ROW_COLUMNS)):
         if row["tgt"] is None:
             if require_tgt:
                 raise ValueError(f"{shard_dir}: no target side; parse with --tgt")
@@ -79,7 +123,7 @@ def load_corpus(
 
 def corpus_from_rows(
     rows: list[dict[str, Any]], tok: Tokenizer, max_len: int | None = None, source_eos: bool = True
-) -> Corpus:
+) -> MemoryCorpus:
     """Encode parsed rows (shard rows, or a parser API's sentences with a ``tgt``)."""
     src_ids, s2w = encode_source(tok, [r["words"] for r in rows], eos=source_eos)
     tgt_ids = encode_target(tok, [r["tgt"] for r in rows])
@@ -88,7 +132,7 @@ def corpus_from_rows(
         for k in range(len(rows))
         if max_len is None or (len(src_ids[k]) <= max_len and len(tgt_ids[k]) <= max_len)
     ]
-    return Corpus(
+    return MemoryCorpus(
         src=[np.asarray(src_ids[k], np.int64) for k in keep],
         tgt=[np.asarray(tgt_ids[k], np.int64) for k in keep],
         s2w=[np.asarray(s2w[k], np.int64) for k in keep],
@@ -98,35 +142,84 @@ def corpus_from_rows(
     )
 
 
-def token_batches(
-    src_lens: Sequence[int], tgt_lens: Sequence[int], max_tokens: int, seed: int, epoch: int
-) -> list[list[int]]:
+class BatchPlan(Sequence[list[int]]):
+    """An epoch's batches as three arrays instead of lists of lists: the sorted row order,
+    where each batch starts in it, and the sequence in which batches are taken (a Python list
+    per batch of 4.5M pairs would cost hundreds of MiB per process). Indexing gives a batch's
+    row indices; slicing gives another plan (a rank's share, the rest of an epoch)."""
+
+    def __init__(self, order: np.ndarray, bounds: np.ndarray, sequence: np.ndarray) -> None:
+        self.order, self.bounds, self.sequence = order, bounds, sequence
+
+    def __len__(self) -> int:
+        return len(self.sequence)
+
+    @overload
+    def __getitem__(self, k: int) -> list[int]: ...
+    @overload
+    def __getitem__(self, k: slice) -> BatchPlan: ...
+    def __getitem__(self, k: int | slice) -> list[int] | BatchPlan:
+        if isinstance(k, slice):
+            return BatchPlan(self.order, self.bounds, self.sequence[k])
+        j = int(self.sequence[k])
+        out: list[int] = self.order[self.bounds[j] : self.bounds[j + 1]].tolist()
+        return out
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (self[k] for k in range(len(self)))
+
+
+def batch_plan(
+    src_lens: Sequence[int] | np.ndarray,
+    tgt_lens: Sequence[int] | np.ndarray,
+    max_tokens: int,
+    seed: int,
+    epoch: int,
+) -> BatchPlan:
     """Length-bucketed batches under a padded source/target token budget, order fixed by
-    ``(seed, epoch)``; ``epoch < 0`` gives the unshuffled order (evaluation)."""
-    n = len(src_lens)
-    src = np.asarray(src_lens)
-    tgt = np.asarray(tgt_lens)
+    ``(seed, epoch)``; ``epoch < 0`` gives the unshuffled order (evaluation).
+
+    Pairs are sorted by source then target length (ties broken at random, or by row for
+    evaluation) and cut greedily: a batch ends before the pair whose width (the longer of its
+    two sides, or the batch's so far) times the batch's size would pass ``max_tokens``.
+    """
+    src = np.asarray(src_lens, dtype=np.int64)
+    tgt = np.asarray(tgt_lens, dtype=np.int64)
+    n = len(src)
     if epoch >= 0:
         rng = np.random.default_rng([seed, epoch])
         order = np.lexsort((rng.random(n), tgt, src))
     else:
         order = np.lexsort((np.arange(n), tgt, src))
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    longest = 0
-    for i in order.tolist():
-        width = max(longest, int(src[i]), int(tgt[i]))
-        if cur and width * (len(cur) + 1) > max_tokens:
-            batches.append(cur)
-            cur, width = [], max(int(src[i]), int(tgt[i]))
-        cur.append(i)
-        longest = width
-    if cur:
-        batches.append(cur)
+    order = order.astype(np.int32 if n < 2**31 else np.int64)
+    widths = np.maximum(src, tgt)[order]
+    starts: list[int] = [0] if n else []
+    count = longest = 0
+    step = 1 << 16  # widths as Python ints a slice at a time: bounded scratch memory
+    for base in range(0, n, step):
+        for pos, w in enumerate(widths[base : base + step].tolist(), base):
+            width = longest if longest > w else w
+            if count and width * (count + 1) > max_tokens:
+                starts.append(pos)
+                count, width = 0, w
+            count += 1
+            longest = width
+    bounds = np.asarray([*starts, n], dtype=np.int64)
+    sequence = np.arange(len(starts), dtype=np.int64)
     if epoch >= 0:
-        perm = np.random.default_rng([seed, epoch, 1]).permutation(len(batches))
-        batches = [batches[k] for k in perm.tolist()]
-    return batches
+        sequence = np.random.default_rng([seed, epoch, 1]).permutation(len(starts))
+    return BatchPlan(order, bounds, sequence)
+
+
+def token_batches(
+    src_lens: Sequence[int] | np.ndarray,
+    tgt_lens: Sequence[int] | np.ndarray,
+    max_tokens: int,
+    seed: int,
+    epoch: int,
+) -> list[list[int]]:
+    """``batch_plan`` as a list of index lists (small splits: validation, decoding, tests)."""
+    return list(batch_plan(src_lens, tgt_lens, max_tokens, seed, epoch))
 
 
 @dataclass
@@ -176,9 +269,10 @@ def syntax_tensors(
 ) -> Features:
     """The batch's syntax tensors, one per request (``synattn_shared.requests`` builds them:
     subword level, padded by each request's rule)."""
-    arrays = build_features(
-        [corpus.rows[i] for i in index], [corpus.s2w[i] for i in index], requests
-    )
+    wanted = tuple(requests)
+    if not wanted or not index:
+        return {}
+    arrays = build_features(corpus.take_rows(index), [corpus.s2w[i] for i in index], wanted)
     return {req: torch.from_numpy(a) for req, a in arrays.items()}
 
 
@@ -214,9 +308,7 @@ class EpochIterator:
         rank: int = 0,
         world: int = 1,
     ) -> None:
-        all_batches = token_batches(
-            [len(s) for s in corpus.src], [len(t) - 1 for t in corpus.tgt], max_tokens, seed, epoch
-        )
+        all_batches = batch_plan(corpus.src_lens(), corpus.tgt_lens() - 1, max_tokens, seed, epoch)
         usable = len(all_batches) - len(all_batches) % world if world > 1 else len(all_batches)
         self.batches = all_batches[rank:usable:world]  # every rank the same number of steps
         self.position = position

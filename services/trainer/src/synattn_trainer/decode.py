@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, overload
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -222,7 +223,7 @@ def translate_corpus(
     model.eval()
     n = len(corpus) if limit is None else min(limit, len(corpus))
     requests = model.feature_requests()
-    order = sorted(range(n), key=lambda i: (len(corpus.src[i]), i))
+    order = np.argsort(corpus.src_lens()[:n], kind="stable").tolist()  # by length, then row
     ids: list[list[int]] = [[] for _ in range(n)]
     for start in range(0, n, settings.batch_sentences):
         index = order[start : start + settings.batch_sentences]

@@ -223,10 +223,13 @@ class Trainer:
         progress: bool = True,
         limit: int | None = None,
         loader_workers: int = 0,
+        mapped: bool = True,
     ) -> None:
         """``loader_workers``: processes that build training batches ahead of the update that
-        needs them (``prefetch``; 0 builds them inline). The batches are the same either way:
-        it is a setting of the machine, not of the run, and stays out of ``cfg``."""
+        needs them (``prefetch``; 0 builds them inline). ``mapped``: read the splits from their
+        memory-mapped caches (``encoded``); False holds them in memory, as before the cache
+        (the reference it is tested against). The batches are the same either way: both are
+        settings of the machine, not of the run, and stay out of ``cfg``."""
         if loader_workers < 0:
             raise ValueError(f"loader_workers must be 0 or more, not {loader_workers}")
         self.cfg = cfg
@@ -251,9 +254,9 @@ class Trainer:
         self.tok = load_tokenizer(cfg.data.tokenizer)
         eos = cfg.data.source_eos
         self.train_data = load_corpus(
-            cfg.data.train, self.tok, cfg.data.max_len, limit, source_eos=eos
+            cfg.data.train, self.tok, cfg.data.max_len, limit, source_eos=eos, mapped=mapped
         )
-        self.valid_data = load_corpus(cfg.data.valid, self.tok, source_eos=eos)
+        self.valid_data = load_corpus(cfg.data.valid, self.tok, source_eos=eos, mapped=mapped)
         self.model = Transformer(cfg, self.tok.get_vocab_size()).to(device)
         self.model.state.max_updates = cfg.train.max_updates  # pre-warm-up fractions
         self.requests = self.model.feature_requests()
@@ -668,11 +671,7 @@ class Trainer:
         loss_sum = nll_sum = tokens = 0.0
         data = self.valid_data
         for index in token_batches(
-            [len(s) for s in data.src],
-            [len(t) - 1 for t in data.tgt],
-            self.cfg.data.max_tokens,
-            0,
-            -1,
+            data.src_lens(), data.tgt_lens() - 1, self.cfg.data.max_tokens, 0, -1
         ):
             b = make_batch(data, index, self.requests).to(self.device)
             logits = self.model(b.src, b.tgt_in, b.syntax, b.scored)
