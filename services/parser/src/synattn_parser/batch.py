@@ -11,8 +11,8 @@ import gzip
 import io
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from itertools import islice
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
+from itertools import chain, islice
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -249,33 +249,46 @@ def parse_corpus(
         settings=cfg.model_dump(),
         features=options.model_dump(),
     )
-    tgt_chunks = _chunks(tgt, rows_per_shard) if tgt is not None else None
-    jobs: list[ShardJob] = []
-    for index, lines in enumerate(_chunks(src, rows_per_shard)):
-        if index >= n_shards:
-            break
-        tgt_lines = next(tgt_chunks) if tgt_chunks is not None else None
-        if index == n_shards - 1 and total % rows_per_shard:
-            keep = total - index * rows_per_shard
-            lines = lines[:keep]
-            tgt_lines = None if tgt_lines is None else tgt_lines[:keep]
-        done = writer.done(index)
-        if done is not None:
-            if on_shard is not None:
-                on_shard(done, True)
-            continue
-        jobs.append(ShardJob(index=index, lines=lines, tgt_lines=tgt_lines, **base))
-    if workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            info_ = run_shard_job(job)
-            if on_shard is not None:
-                on_shard(info_, False)
-    else:
-        ctx = get_context("forkserver" if os.name == "posix" else "spawn")
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-            futures = [pool.submit(run_shard_job, job) for job in jobs]
-            for fut in as_completed(futures):
-                info_ = fut.result()
+
+    def pending() -> Iterator[ShardJob]:
+        """The shards still to parse, read from the input one shard at a time."""
+        tgt_chunks = _chunks(tgt, rows_per_shard) if tgt is not None else None
+        for index, lines in enumerate(_chunks(src, rows_per_shard)):
+            if index >= n_shards:
+                break
+            tgt_lines = next(tgt_chunks) if tgt_chunks is not None else None
+            if index == n_shards - 1 and total % rows_per_shard:
+                keep = total - index * rows_per_shard
+                lines = lines[:keep]
+                tgt_lines = None if tgt_lines is None else tgt_lines[:keep]
+            done = writer.done(index)
+            if done is not None:
                 if on_shard is not None:
-                    on_shard(info_, False)
+                    on_shard(done, True)
+                continue
+            yield ShardJob(index=index, lines=lines, tgt_lines=tgt_lines, **base)
+
+    def report(shard: ShardInfo) -> None:
+        if on_shard is not None:
+            on_shard(shard, False)
+
+    jobs = pending()
+    first = list(islice(jobs, 2))
+    if workers <= 1 or len(first) <= 1:
+        for job in chain(first, jobs):
+            report(run_shard_job(job))
+    else:
+        # At most two shards per worker are read and queued ahead, so memory stays flat
+        # however long the corpus is (every job carries its shard's lines).
+        ctx = get_context("forkserver" if os.name == "posix" else "spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            inflight: set[Future[ShardInfo]] = set()
+            for job in chain(first, jobs):
+                if len(inflight) >= 2 * workers:
+                    finished, inflight = wait(inflight, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        report(fut.result())
+                inflight.add(pool.submit(run_shard_job, job))
+            for fut in as_completed(inflight):
+                report(fut.result())
     return writer.finalize(expected_rows=total)
