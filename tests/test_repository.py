@@ -103,12 +103,12 @@ def test_parser_api_service_command_starts_outside_docker():
         proc.wait(timeout=15)
 
 
-WORKER_SERVICES = ("parser-worker", "trainer-worker", "trainer-worker-cpu")
+WORKER_SERVICES = ("parser-worker", "trainer-worker", "trainer-worker-multi", "trainer-worker-cpu")
 
 
 def test_worker_service_commands_start_outside_docker(tmp_path):
     """Each worker service's command, as compose runs it, starts a Celery worker that answers
-    a ping (all three at once: each takes seconds to start)."""
+    a ping (all four at once: each takes seconds to start)."""
     import os
 
     celery = shutil.which("celery") or str(REPO / ".venv/bin" / "celery")

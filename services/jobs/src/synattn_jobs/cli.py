@@ -84,15 +84,20 @@ def submit_train_cmd(
     ] = None,
     split: Annotated[str, typer.Option(help="evaluate on valid or test")] = "valid",
     priority: Annotated[int, typer.Option(min=-1000, max=1000, help="orders your jobs")] = 0,
-) -> None:
+    processes: Annotated[
+        int, typer.Option(help="data-parallel processes (torchrun on a worker with that many "
+                          "devices); they count against your share and running quota")
+    ] = 1,
+) -> None:  # fmt: skip
     """Queue a training job (trains, then translates and scores the split)."""
     from synattn_jobs.submit import submit_train
 
     s = get_settings()
     try:
         spec = TrainJobSpec(
-            config=str(config.resolve()), overrides=_parse_sets(set_), evaluate={"split": split}
-        )
+            config=str(config.resolve()), overrides=_parse_sets(set_), evaluate={"split": split},
+            resources={"processes": processes},
+        )  # fmt: skip
         job = submit_train(_store(), s, spec, name, out, LOCAL_ADMIN.name, priority)
     except (BadJobSpec, ValueError, QuotaExceeded) as exc:
         raise fail(one_line(exc)) from None
@@ -169,7 +174,9 @@ def jobs(
 def quota_set(
     user: Annotated[str, typer.Argument(help="the user (a token's name; local for the CLI)")],
     queued: Annotated[int | None, typer.Option(min=0, help="queued jobs at most")] = None,
-    running: Annotated[int | None, typer.Option(min=0, help="running jobs at most")] = None,
+    running: Annotated[
+        int | None, typer.Option(min=0, help="running processes at most (a job of N counts N)")
+    ] = None,
 ) -> None:
     """Set one user's quota (unset: the SYNATTN_MAX_*_PER_USER default)."""
     from synattn_shared.paths import UnsafePath, slug

@@ -1,5 +1,6 @@
 """Fair share: queued jobs wait in the job store and are handed to the broker one free worker
-slot at a time, the next one always from the user with the fewest running jobs.
+slot at a time, the next one always from the user with the fewest running processes (a job
+of N processes counts N, in the share and in the running quota alike).
 
 Why not the broker's FIFO queue: one user's 200-job grid would put every colleague's job behind
 it. Slurm's fair-share factor, Kueue's fair sharing and HTCondor's user priorities solve this by
@@ -37,7 +38,9 @@ def dispatch(
     if send is None:
         from synattn_jobs.worker import enqueue
 
-        send = enqueue
+        def send(job_id: str, kind: str) -> None:
+            enqueue(job_id, kind, store.processes([job_id]).get(job_id, 1))
+
     sent: list[str] = []
     for kind in kinds:
         released = store.release_next(

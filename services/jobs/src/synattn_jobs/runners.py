@@ -10,10 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from synattn_jobs.settings import get_settings
 from synattn_jobs.specs import ParseJobSpec, StoredTrainSpec, TrainJobSpec
+
+if TYPE_CHECKING:  # the trainer (torch) is imported when a job runs, not with this module
+    from synattn_trainer.config import TrainConfig
+    from synattn_trainer.train import TrainResult
 
 Progress = Callable[[dict[str, Any]], None]
 ShouldStop = Callable[[], bool]
@@ -40,19 +44,19 @@ def median_tokens_per_s(metrics: Path) -> float | None:
 def run_train(
     spec: TrainJobSpec, out_dir: Path, progress: Progress, should_stop: ShouldStop
 ) -> dict[str, Any]:
-    """Train (or resume) the run in ``out_dir``, then translate and score the eval split."""
+    """Train (or resume) the run in ``out_dir``, then translate and score the eval split. A job
+    of one process trains here; one of N > 1 under ``torchrun`` (``synattn_jobs.ddp``), with the
+    same result."""
     from synattn_trainer.config import TrainConfig, load_config
     from synattn_trainer.evaluate import corpus_bleu, corpus_chrf
     from synattn_trainer.inference import translate_split
-    from synattn_trainer.model import count_parameters
-    from synattn_trainer.train import Trainer
 
     if isinstance(spec, StoredTrainSpec):
         cfg = TrainConfig.model_validate(spec.resolved)  # what was checked at submit
     else:
         cfg = load_config(spec.config, spec.overrides)
-    trainer = Trainer(cfg, out_dir, progress=False, loader_workers=get_settings().loader_workers)
-    progress({"phase": "train", "max_updates": cfg.train.max_updates})
+    processes = spec.resources.processes
+    phase: dict[str, Any] = {"phase": "train", "max_updates": cfg.train.max_updates}
 
     def on_update(rec: dict[str, Any]) -> None:
         progress(
@@ -60,7 +64,16 @@ def run_train(
              "tokens_per_s": round(rec["tokens_per_s"], 1)}
         )  # fmt: skip
 
-    result = trainer.train(should_stop=should_stop, on_update=on_update)
+    if processes > 1:
+        from synattn_jobs.ddp import train_ddp
+
+        progress({**phase, "processes": processes})
+        result, parameters = train_ddp(
+            cfg, out_dir, processes, on_update, should_stop, get_settings()
+        )
+    else:
+        result, parameters = _train_here(cfg, out_dir, lambda: progress(phase), on_update,
+                                         should_stop)  # fmt: skip
     if result.stopped == "cancelled":
         raise Cancelled(f"cancelled at update {result.update}")
     checkpoint = result.averaged or result.checkpoint
@@ -74,7 +87,7 @@ def run_train(
         "averaged_updates": result.averaged_updates,
         "checkpoint_update": result.checkpoint_updates.get(result.selection),
         "max_updates": cfg.train.max_updates,
-        "parameters": count_parameters(trainer.model),
+        "parameters": parameters,
         "tokens_per_s": median_tokens_per_s(out_dir / "metrics.jsonl"),
         "metrics": str(out_dir / "metrics.jsonl"),
     }
@@ -123,6 +136,24 @@ def run_train(
                 importance_variance=summary["importance_variance"],
             )
     return out
+
+
+def _train_here(
+    cfg: TrainConfig,
+    out_dir: Path,
+    started: Callable[[], None],
+    on_update: Callable[[dict[str, Any]], None],
+    should_stop: ShouldStop,
+) -> tuple[TrainResult, int]:
+    """A one-process job: the trainer in this process; (its ``TrainResult``, the parameters).
+    ``started`` is called once the trainer is built (the job's ``train`` phase)."""
+    from synattn_trainer.model import count_parameters
+    from synattn_trainer.train import Trainer
+
+    trainer = Trainer(cfg, out_dir, progress=False, loader_workers=get_settings().loader_workers)
+    started()
+    result = trainer.train(should_stop=should_stop, on_update=on_update)
+    return result, count_parameters(trainer.model)
 
 
 def _finals(result: Any, checkpoint: Path) -> dict[str, Path]:

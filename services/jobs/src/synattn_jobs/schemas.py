@@ -60,6 +60,7 @@ class JobView(BaseModel):
     worker: str | None
     cancel_requested: bool
     priority: int = 0
+    processes: int = Field(1, description="data-parallel processes (resources.processes)")
     released_at: float | None = None
     created_at: float
     started_at: float | None
@@ -167,7 +168,9 @@ class QuotaRequest(Request):
     """An admin's limits for one user; null keeps the server's default."""
 
     queued: int | None = Field(None, ge=0, le=1_000_000)
-    running: int | None = Field(None, ge=0, le=1_000_000)
+    running: int | None = Field(
+        None, ge=0, le=1_000_000, description="processes of running jobs (a job of N counts N)"
+    )
 
 
 class QuotaView(BaseModel):

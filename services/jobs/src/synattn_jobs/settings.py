@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from synattn_jobs.specs import MAX_PROCESSES
 from synattn_shared.webapi import ServeTimeouts
 
 
@@ -68,7 +69,10 @@ class JobSettings(BaseSettings, ServeTimeouts):
     # fair share (synattn_jobs.dispatch): quotas, and how queued jobs reach the broker
     max_queued_per_user: int = Field(1000, ge=0, description="queued jobs one user may have")
     max_running_per_user: int | None = Field(
-        None, ge=0, description="running jobs one user may have (default: no limit)"
+        None,
+        ge=0,
+        description="processes one user's running jobs may have (a job of N processes counts "
+        "N; default: no limit)",
     )
     dispatch: Literal["fair", "fifo"] = Field(
         "fair",
@@ -80,6 +84,36 @@ class JobSettings(BaseSettings, ServeTimeouts):
     )
     release_timeout_s: float = Field(
         600.0, gt=0, description="a released job no worker took this long is released again"
+    )
+    # data-parallel training jobs (synattn_jobs.ddp)
+    worker_devices: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_PROCESSES,
+        description="devices this worker owns, hence the most processes a job it takes may have "
+        "(it runs one job at a time, on its first N devices); default: the CUDA GPUs it sees, "
+        "or 1 without any (a CPU worker may say 2 to run 2-process gloo jobs)",
+    )
+    max_processes: int = Field(
+        8,
+        ge=1,
+        le=MAX_PROCESSES,
+        description="processes a training job may ask for at most; while no live training worker "
+        "has advertised its devices, a submission up to this is accepted (and waits for one)",
+    )
+    ddp_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        le=86_400,
+        description="a collective of a multi-process job waiting this long fails, and the job "
+        "with it: a rank that hangs never holds the worker longer",
+    )
+    ddp_stop_grace_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="a cancelled multi-process job stops at its next update and saves; after "
+        "this long its processes are terminated instead",
     )
     parser_url: str = Field(
         "", description="a parser API (http://host:8001) for the attention explorer's free text"

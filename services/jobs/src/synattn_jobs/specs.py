@@ -13,7 +13,14 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from synattn_jobs.errors import BadJobSpec
 from synattn_shared.paths import SLUG_MAX, SLUG_PATTERN, UnsafePath, confine, slug
@@ -23,6 +30,7 @@ Slug = Annotated[str, Field(pattern=f"^{SLUG_PATTERN}$")]
 DottedKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")]
 GridValue = bool | int | float | Annotated[str, Field(max_length=SLUG_MAX)]
 Seed = Annotated[int, Field(ge=0, le=2**31 - 1)]
+MAX_PROCESSES = 16  # one node's devices: ``torchrun --standalone`` runs on a single machine
 
 
 class Spec(BaseModel):
@@ -51,7 +59,37 @@ class EvalSpec(Spec):
     analyze: bool = Field(False, description="head importance and confidence on the split")
 
 
-class TrainJobSpec(Spec):
+class Resources(Spec):
+    """What one training job runs on: ``processes`` data-parallel ranks under ``torchrun``,
+    one device each on a GPU worker (gloo processes on a CPU one). One process trains inside
+    the worker itself, as every job did before this field existed."""
+
+    processes: int = Field(
+        1,
+        ge=1,
+        le=MAX_PROCESSES,
+        description="data-parallel processes (DDP ranks); a worker that owns at least this "
+        "many devices runs the job, and it counts this many against your share and quota",
+    )
+
+
+class WithResources(Spec):
+    """A spec with ``resources``, which its stored form leaves out at the default: the specs
+    of one-process jobs, hence their digests (``bench/reproduce.py``), stay what they were."""
+
+    resources: Resources = Field(default_factory=Resources)
+
+    @model_serializer(mode="wrap")
+    def _default_resources_left_out(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.resources == Resources():
+            data.pop("resources", None)
+        return data
+
+
+class TrainJobSpec(WithResources):
     """Train one configuration (YAML under the data root, plus dotted-key overrides)."""
 
     config: PathText
@@ -72,8 +110,9 @@ class StoredTrainSpec(TrainJobSpec):
     resolved: dict[str, Any]
 
 
-class ExperimentSpec(Spec):
-    """A grid: variants x seeds x hyper-parameters over one base configuration."""
+class ExperimentSpec(WithResources):
+    """A grid: variants x seeds x hyper-parameters over one base configuration; every job of
+    it asks for ``resources`` (a grid of 2-process jobs: ``resources: {processes: 2}``)."""
 
     name: Slug
     config: PathText
@@ -182,7 +221,8 @@ class ExperimentSpec(Spec):
                     jobs.append(
                         {"name": name, "variant": variant, "seed": seed, "params": combo,
                          "spec": TrainJobSpec(config=self.config, overrides=overrides,
-                                              evaluate=self.evaluate)}
+                                              evaluate=self.evaluate,
+                                              resources=self.resources)}
                     )  # fmt: skip
         return jobs
 

@@ -82,6 +82,9 @@ class Job(Base):
     worker: Mapped[str | None] = mapped_column(String(200), nullable=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     priority: Mapped[int] = mapped_column(Integer, default=0)  # orders one user's own jobs
+    # data-parallel processes (resources.processes): what the job counts against its owner's
+    # share and running quota, and the devices the worker that takes it must own
+    processes: Mapped[int] = mapped_column(Integer, default=1)
     # queued jobs wait here until the dispatcher hands them to the broker (fair share);
     # released_at says when it did, release_count how often (a lost release is repeated)
     released_at: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -108,12 +111,15 @@ class Quota(Base):
 
 
 class WorkerSlot(Base):
-    """A live worker process: the queues it serves, its task slots, its last beat."""
+    """A live worker process: the queues it serves, its task slots, the devices each slot's
+    job may use (``SYNATTN_WORKER_DEVICES``), its last beat. The job API reads the devices
+    of live workers to refuse a job no worker could run."""
 
     __tablename__ = "workers"
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     queues: Mapped[str] = mapped_column(String(200))
     slots: Mapped[int] = mapped_column(Integer, default=1)
+    devices: Mapped[int] = mapped_column(Integer, default=1)
     beat_at: Mapped[float] = mapped_column(Float)
 
 
@@ -186,6 +192,8 @@ ADDED_COLUMNS = (
     ("jobs", "released_at", "FLOAT"),
     ("jobs", "release_count", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "earlier_claims_s", "FLOAT"),
+    ("jobs", "processes", "INTEGER NOT NULL DEFAULT 1"),
+    ("workers", "devices", "INTEGER NOT NULL DEFAULT 1"),
 )
 
 
@@ -205,19 +213,22 @@ def _new_job(
     params: dict[str, Any] | None = None,
     owner: str | None = None,
     priority: int = 0,
+    processes: int = 1,
 ) -> Job:
     return Job(
         id=new_id(), kind=kind, name=name, owner=owner, state="queued", spec=spec,
         out_dir=out_dir, experiment_id=experiment_id, variant=variant, seed=seed,
         params=params or {}, progress={}, result={}, attempts=0, cancel_requested=False,
-        priority=priority, released_at=None, release_count=0, created_at=time.time(),
+        priority=priority, processes=processes, released_at=None, release_count=0,
+        created_at=time.time(),
     )  # fmt: skip
 
 
 def fair_order(rows: Sequence[Any], busy: dict[str, int], last: dict[str, float]) -> list[str]:
     """The order the dispatcher would release waiting jobs in, if no job finished meanwhile:
-    ``rows`` are (id, user, priority, created_at) sorted by priority (descending) and age;
-    ``busy`` each user's running or released jobs, ``last`` their last start."""
+    ``rows`` are (id, user, priority, created_at[, processes]) sorted by priority (descending)
+    and age; ``busy`` each user's processes in running or released jobs, ``last`` their last
+    start. A job counts its processes (default 1) against its user's share."""
     import heapq
 
     per_user: dict[str, list[Any]] = {}
@@ -239,9 +250,17 @@ def fair_order(rows: Sequence[Any], busy: dict[str, int], last: dict[str, float]
         jobs = per_user[user]
         out.append(jobs[k][0])
         if k + 1 < len(jobs):
-            heapq.heappush(heap, (n + 1, tick, oldest[user][k + 1], user, k + 1))
+            size = int(jobs[k][4]) if len(jobs[k]) > 4 else 1
+            heapq.heappush(heap, (n + size, tick, oldest[user][k + 1], user, k + 1))
             tick += 1.0
     return out
+
+
+def _best_fit(free: dict[str, int], devices: dict[str, int], processes: int) -> str | None:
+    """The worker with a free slot whose devices fit ``processes`` most tightly (None: no
+    free slot fits): big workers stay free for big jobs."""
+    fits = [w for w, k in free.items() if k > 0 and devices[w] >= processes]
+    return min(fits, key=lambda w: (devices[w], w)) if fits else None
 
 
 def _rowcount(result: Any) -> int:
@@ -628,15 +647,47 @@ class JobStore:
         with self.session() as s:
             return s.scalars(select(Quota).order_by(Quota.user)).all()
 
-    def register_worker(self, name: str, queues: str, slots: int) -> None:
-        """A worker's beat: it is alive and serves ``queues`` with ``slots`` task slots."""
+    def register_worker(self, name: str, queues: str, slots: int, devices: int = 1) -> None:
+        """A worker's beat: it is alive and serves ``queues`` with ``slots`` task slots, each
+        running a job of up to ``devices`` processes."""
         now = time.time()
         with self.session() as s:
             row = s.get(WorkerSlot, name)
             if row is None:
-                s.add(WorkerSlot(name=name, queues=queues, slots=slots, beat_at=now))
+                s.add(WorkerSlot(name=name, queues=queues, slots=slots, devices=devices,
+                                 beat_at=now))  # fmt: skip
             else:
-                row.queues, row.slots, row.beat_at = queues, slots, now
+                row.queues, row.slots, row.devices, row.beat_at = queues, slots, devices, now
+
+    def live_devices(self, kind: str, live_after_s: float) -> int | None:
+        """The most devices a live worker of ``kind``'s queue owns (beat within
+        ``live_after_s``): the largest job it can take; None while no such worker is live."""
+        with self.session() as s:
+            most = s.scalar(
+                select(func.max(WorkerSlot.devices)).where(
+                    WorkerSlot.beat_at >= time.time() - live_after_s,
+                    WorkerSlot.queues.like(f"%{kind}%"),
+                )
+            )
+        return None if most is None else int(most)
+
+    def processes(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """Each job's processes (the broker queue it goes to depends on them)."""
+        if not job_ids:
+            return {}
+        with self.session() as s:
+            return {
+                j: int(n or 1)
+                for j, n in s.execute(
+                    select(Job.id, Job.processes).where(Job.id.in_(list(job_ids)))
+                )
+            }
+
+    def running_limit(self, owner: str | None, default: int | None) -> int | None:
+        """The processes ``owner``'s running jobs may have (an admin's override, else
+        ``default``); None: no limit."""
+        with self.session() as s:
+            return self._limit(s, owner, "max_running", default)
 
     def unregister_worker(self, name: str) -> None:
         with self.session() as s:
@@ -650,24 +701,48 @@ class JobStore:
         """Mark the next queued jobs of ``kind`` released to the broker, as many as live
         workers have free slots (plus ``ahead``), and return their ids, in order.
 
-        Fair share: the next job belongs to the user with the fewest running (or released)
-        jobs of this kind, ties to the user whose last job started longest ago, then to the
-        oldest waiting job; within a user, highest priority first, then oldest. A user at
-        their running limit is skipped. One dispatcher at a time (a lock row)."""
+        Fair share counts processes: the next job belongs to the user with the fewest
+        processes in running (or released) jobs of this kind, ties to the user whose last job
+        started longest ago, then to the oldest waiting job; within a user, the highest
+        priority first, then the oldest, among the jobs that fit now. A job of N processes
+        needs a free slot of a worker that owns N devices or more. Which slots are free is
+        found by placing the jobs that hold one: a running job on its worker, a released one
+        on the smallest worker it fits (largest jobs first). A smaller job may take a slot a
+        larger one cannot use (backfill), so a 2-process job waits for a 2-device worker
+        without holding up the 1-device ones. A user whose running limit (in processes) the
+        job would pass is skipped. One dispatcher at a time (a lock row)."""
         now = time.time()
         waiting_q = (Job.kind == kind, Job.state == "queued", Job.released_at.is_(None),
                      Job.cancel_requested.is_(False))  # fmt: skip
         with self.session() as s:
             self._lock(s, "dispatch")
-            slots = s.scalar(
-                select(func.coalesce(func.sum(WorkerSlot.slots), 0)).where(
+            workers = s.execute(
+                select(WorkerSlot.name, WorkerSlot.slots, WorkerSlot.devices).where(
                     WorkerSlot.beat_at >= now - live_after_s,
                     WorkerSlot.queues.like(f"%{kind}%"),
                 )
-            )
-            busy = self._busy(s, kind)
-            free = int(slots or 0) + ahead - sum(busy.values())
-            if free <= 0:
+            ).all()
+            free = {name: int(slots or 0) for name, slots, _ in workers}
+            devices = {name: int(d or 1) for name, _, d in workers}
+            spare = ahead  # releases beyond the free slots
+            busy: dict[str, int] = {}
+            unplaced: list[int] = []
+            for owner, n, state, worker in s.execute(
+                select(Job.owner, Job.processes, Job.state, Job.worker).where(*self._held(kind))
+            ):
+                busy[owner or ""] = busy.get(owner or "", 0) + int(n or 1)
+                if state == "running" and worker in free:
+                    free[worker] = max(free[worker] - 1, 0)
+                else:  # released, not yet taken (or its worker is gone): somewhere it fits
+                    unplaced.append(int(n or 1))
+            for n in sorted(unplaced, reverse=True):
+                w = _best_fit(free, devices, n)
+                if w is None:
+                    spare -= 1
+                else:
+                    free[w] -= 1
+            spare = max(spare, 0)
+            if not spare and not any(free.values()):
                 return []
             waiting: dict[str, float] = {
                 u or "": float(t)
@@ -681,44 +756,64 @@ class JobStore:
                 return []
             last = self._last_starts(s, kind)
             limits = {q.user: q.max_running for q in s.scalars(select(Quota))}
+            largest = max(devices.values(), default=0)
             picked: list[str] = []
-            while free > 0 and waiting:
-                eligible = [
-                    u for u in waiting
-                    if (lim := limits.get(u) if limits.get(u) is not None else max_running)
-                    is None or busy.get(u, 0) < lim
-                ]  # fmt: skip
-                if not eligible:
+            while waiting:
+                room = (
+                    largest
+                    if spare
+                    else max((devices[w] for w, k in free.items() if k > 0), default=0)
+                )  # the most processes a job released now can have
+                fits: dict[str, int] = {}
+                for u in waiting:
+                    lim = limits.get(u) if limits.get(u) is not None else max_running
+                    cap = room if lim is None else min(room, lim - busy.get(u, 0))
+                    if cap >= 1:
+                        fits[u] = cap
+                if not fits:
                     break
-                user = min(eligible, key=lambda u: (busy.get(u, 0), last.get(u, -1.0), waiting[u]))
+                user = min(fits, key=lambda u: (busy.get(u, 0), last.get(u, -1.0), waiting[u]))
                 job = s.scalars(
-                    select(Job).where(*waiting_q, _owned_by(user or None))
+                    select(Job).where(*waiting_q, _owned_by(user or None),
+                                      func.coalesce(Job.processes, 1) <= fits[user])
                     .order_by(Job.priority.desc(), Job.created_at).limit(1)
                 ).first()  # fmt: skip
-                if job is None:  # nothing more of this user's is waiting
+                if job is None:  # nothing more of this user's is waiting, or fits now
                     del waiting[user]
                     continue
+                n = int(job.processes or 1)
+                w = _best_fit(free, devices, n)
+                if w is None:
+                    spare -= 1
+                else:
+                    free[w] -= 1
                 job.released_at = now
                 job.release_count = (job.release_count or 0) + 1
                 picked.append(job.id)
                 s.flush()
-                busy[user] = busy.get(user, 0) + 1
+                busy[user] = busy.get(user, 0) + n
                 last[user] = now
-                free -= 1
+                if not spare and not any(free.values()):
+                    break
             return picked
 
     @staticmethod
+    def _held(kind: str) -> tuple[Any, ...]:
+        """Jobs of ``kind`` that hold a worker slot: running, or released to the broker."""
+        return (
+            Job.kind == kind,
+            (Job.state == "running") | ((Job.state == "queued") & Job.released_at.is_not(None)),
+        )
+
+    @staticmethod
     def _busy(s: Session, kind: str) -> dict[str, int]:
-        """Per user: running jobs of ``kind`` and jobs released to its broker queue."""
+        """Per user: processes of the running jobs of ``kind`` and of those released to its
+        broker queue."""
         return {
-            u or "": int(n)
+            u or "": int(n or 0)
             for u, n in s.execute(
-                select(Job.owner, func.count())
-                .where(Job.kind == kind)
-                .where(
-                    (Job.state == "running")
-                    | ((Job.state == "queued") & Job.released_at.is_not(None))
-                )
+                select(Job.owner, func.sum(func.coalesce(Job.processes, 1)))
+                .where(*JobStore._held(kind))
                 .group_by(Job.owner)
             )
         }
@@ -760,7 +855,8 @@ class JobStore:
             positions: dict[str, int] = {}
             for kind in kinds:
                 rows = s.execute(
-                    select(Job.id, func.coalesce(Job.owner, ""), Job.priority, Job.created_at)
+                    select(Job.id, func.coalesce(Job.owner, ""), Job.priority, Job.created_at,
+                           func.coalesce(Job.processes, 1))
                     .where(Job.kind == kind, Job.state == "queued", Job.released_at.is_(None),
                            Job.cancel_requested.is_(False))
                     .order_by(Job.priority.desc(), Job.created_at)

@@ -33,7 +33,7 @@ def _queue(store: JobStore, settings: JobSettings, jobs: list[Job]) -> None:
 
     if settings.dispatch == "fifo":
         for job in jobs:
-            enqueue(job.id, job.kind)
+            enqueue(job.id, job.kind, job.processes or 1)
         return
     from synattn_jobs.dispatch import dispatch
 
@@ -65,8 +65,39 @@ def resolve_train_spec(spec: TrainJobSpec, settings: JobSettings) -> StoredTrain
         config=str(config),
         overrides=spec.overrides,
         evaluate=spec.evaluate,
+        resources=spec.resources,
         resolved=cfg.model_dump(mode="json"),
     )
+
+
+def check_processes(
+    store: JobStore, settings: JobSettings, processes: int, owner: str | None
+) -> None:
+    """Refuse a job of ``processes`` that could never start, rather than queue it forever:
+    over ``SYNATTN_MAX_PROCESSES``; more than the largest live training worker owns devices
+    (workers advertise them with their registration beat; while none is live, anything up to
+    the cap is accepted and waits for a worker that fits); more than its owner's running
+    quota. One process always fits."""
+    if processes <= 1:
+        return
+    if processes > settings.max_processes:
+        raise BadJobSpec(
+            f"resources.processes {processes}: a job may have at most {settings.max_processes} "
+            "processes (SYNATTN_MAX_PROCESSES)"
+        )
+    most = store.live_devices("train", settings.stale_after_s)
+    if most is not None and processes > most:
+        raise BadJobSpec(
+            f"resources.processes {processes}: no worker can run it: the largest live training "
+            f"worker owns {most} device(s) (SYNATTN_WORKER_DEVICES)"
+        )
+    limit = store.running_limit(owner, settings.max_running_per_user)
+    if limit is not None and processes > limit:
+        raise BadJobSpec(
+            f"resources.processes {processes}: user {owner or 'local'} may run at most {limit} "
+            "processes at once (SYNATTN_MAX_RUNNING_PER_USER, or synattn quota set USER "
+            "--running N)"
+        )
 
 
 def _run_dir(settings: JobSettings, name: str, out: str | None) -> Path:
@@ -86,11 +117,13 @@ def submit_train(
     """Queue one training job (its run directory under ``runs_dir``); ``QuotaExceeded`` when
     the owner's queued jobs are at their limit."""
     stored = resolve_train_spec(spec, settings)
+    check_processes(store, settings, spec.resources.processes, owner)
     job_name = _name(name, Path(stored.config).stem, "name")
     run_dir = _run_dir(settings, job_name, out)
     _, (job,) = store.submit(
         [{"kind": "train", "name": job_name, "spec": stored.model_dump(mode="json"),
-          "out_dir": str(run_dir), "priority": priority}],
+          "out_dir": str(run_dir), "priority": priority,
+          "processes": spec.resources.processes}],
         owner, settings.max_queued_per_user,
     )  # fmt: skip
     _queue(store, settings, [job])
@@ -149,6 +182,7 @@ def submit_experiment(
 ) -> tuple[Experiment, list[Job]]:
     """Queue every job of a grid; all are validated before the first one is queued."""
     planned = spec.expand(settings.max_grid_jobs)
+    check_processes(store, settings, spec.resources.processes, owner)
     checked = [(p, resolve_train_spec(p["spec"], settings)) for p in planned]
     exp_id = new_id()
     assert settings.runs_dir is not None
@@ -156,7 +190,8 @@ def submit_experiment(
     exp, jobs = store.submit(
         [{"kind": "train", "name": p["name"], "spec": train_spec.model_dump(mode="json"),
           "out_dir": str(root / p["name"]), "variant": p["variant"], "seed": p["seed"],
-          "params": p["params"], "priority": spec.priority}
+          "params": p["params"], "priority": spec.priority,
+          "processes": spec.resources.processes}
          for p, train_spec in checked],
         owner, settings.max_queued_per_user,
         experiment={"id": exp_id, "name": spec.name, "baseline": spec.baseline,

@@ -14,6 +14,12 @@ are retried with backoff for up to ``SYNATTN_STORE_OUTAGE_S``.
 Nothing is built at import: the app (and the settings it reads) is made on first use, and
 ``celery -A synattn_jobs.worker`` finds it through the module attribute ``app``.
 
+Multi-process training jobs (``resources.processes``: N > 1) go to the queue ``train.N``, which
+only workers owning N devices or more (``SYNATTN_WORKER_DEVICES``) consume; such a worker runs
+them under ``torchrun`` (``synattn_jobs.ddp``). Each worker advertises its devices in the job
+store with its registration beat, where the job API reads them to refuse a job no live worker
+could run.
+
 Shutdown: on SIGTERM or SIGINT (a warm shutdown) a running training job stops at its next
 update, saves a checkpoint and goes back on the queue; it resumes on another worker. With
 ``SYNATTN_WORKER_ONCE=1`` (``synattn worker --once``) a process runs exactly one job: any
@@ -42,7 +48,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from synattn_jobs.errors import BadJobSpec
 from synattn_jobs.runners import Cancelled
 from synattn_jobs.settings import JobSettings, get_settings
-from synattn_jobs.specs import ParseJobSpec, StoredTrainSpec, TrainJobSpec
+from synattn_jobs.specs import MAX_PROCESSES, ParseJobSpec, StoredTrainSpec, TrainJobSpec
 from synattn_jobs.store import JobState, JobStore
 
 log = logging.getLogger("synattn.jobs")
@@ -51,11 +57,17 @@ SHUTTING_DOWN = threading.Event()  # set by a warm shutdown: running jobs stop a
 RAN_ONE = threading.Event()  # a --once process has taken its job
 
 
+def queue_for(kind: str, processes: int = 1) -> str:
+    """The broker queue of a job: its kind, and for N > 1 processes ``train.N``."""
+    return kind if processes <= 1 else f"{kind}.{processes}"
+
+
 def make_app(settings: JobSettings) -> Celery:
     """A Celery app for these settings (the broker: Redis, or SQLite when embedded)."""
     app = Celery("synattn_jobs", broker=settings.broker_url)
+    sized = [Queue(queue_for("train", n)) for n in range(2, MAX_PROCESSES + 1)]
     app.conf.update(
-        task_queues=[Queue("parse"), Queue("train")],
+        task_queues=[Queue("parse"), Queue("train"), *sized],
         task_default_queue="train",
         task_routes={
             TASK_FOR_KIND["parse"]: {"queue": "parse"},
@@ -114,9 +126,9 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def enqueue(job_id: str, kind: str) -> None:
-    """Send a job's task to its queue."""
-    get_app().send_task(TASK_FOR_KIND[kind], args=[job_id], queue=kind)
+def enqueue(job_id: str, kind: str, processes: int = 1) -> None:
+    """Send a job's task to its queue (``queue_for``: a job of N processes to ``train.N``)."""
+    get_app().send_task(TASK_FOR_KIND[kind], args=[job_id], queue=queue_for(kind, processes))
 
 
 class Heartbeat(threading.Thread):
@@ -208,6 +220,11 @@ def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
         raise Reject(f"job {job_id}: the worker is shutting down", requeue=True)
     s = store()
     me = worker_name()
+    queued = patiently(lambda: s.get(job_id), f"read {job_id}")
+    if queued is not None and (queued.processes or 1) > Registration.devices:
+        # only a misrouted message gets here: a worker consumes the queues of jobs it fits
+        raise Reject(f"job {job_id}: {queued.processes} processes; this worker owns "
+                     f"{Registration.devices} device(s)", requeue=True)  # fmt: skip
     if not patiently(lambda: s.claim(job_id, me, get_settings().stale_after_s), f"claim {job_id}"):
         job = s.get(job_id)
         state = None if job is None else job.state
@@ -239,7 +256,7 @@ def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
     except Cancelled as exc:
         if SHUTTING_DOWN.is_set() and not s.cancel_requested(job_id):
             s.release(job_id, me, "worker shut down; requeued")
-            enqueue(job_id, kind)  # resumes from its checkpoint on the next worker
+            enqueue(job_id, kind, job.processes or 1)  # resumes from its checkpoint elsewhere
             log.warning("job %s requeued: the worker is shutting down", job_id)
             return {"job": job_id, "state": "requeued"}
         settle("cancelled", error=str(exc))
@@ -302,7 +319,7 @@ def reap_once() -> list[str]:
         if job is not None:
             log.warning("job %s lost its worker; requeued", job_id)
             if settings.dispatch == "fifo":
-                enqueue(job_id, job.kind)
+                enqueue(job_id, job.kind, job.processes or 1)
     if settings.dispatch == "fair":
         store().unrelease_stale(settings.release_timeout_s)
         dispatch_now()
@@ -310,15 +327,17 @@ def reap_once() -> list[str]:
 
 
 class Registration:
-    """This worker process as the fair dispatcher sees it: its queues and task slots."""
+    """This worker process as the fair dispatcher and the job API see it: its queues, task
+    slots and devices (the most processes a job it takes may have)."""
 
     queues: str = ""
     slots: int = 1
+    devices: int = 1
 
     @classmethod
     def beat(cls) -> None:
         if cls.queues and not SHUTTING_DOWN.is_set():
-            store().register_worker(worker_name(), cls.queues, cls.slots)
+            store().register_worker(worker_name(), cls.queues, cls.slots, cls.devices)
 
 
 class Reaper(threading.Thread):
@@ -338,14 +357,37 @@ class Reaper(threading.Thread):
             time.sleep(max(0.5, get_settings().stale_after_s / 2))
 
 
+def _consume_sized_queues(consumer: Any, queues: list[str]) -> int:
+    """A training worker's devices (``synattn_jobs.ddp.worker_devices``); it also consumes
+    ``train.2`` ... ``train.D``, the queues of the multi-process jobs it can run."""
+    if "train" not in queues:
+        return 1
+    from synattn_jobs.ddp import gpu_count, worker_devices
+
+    devices = worker_devices(get_settings())
+    gpus = gpu_count()
+    if 0 < gpus < devices:
+        log.warning("SYNATTN_WORKER_DEVICES=%d but this worker sees %d GPUs", devices, gpus)
+    for n in range(2, devices + 1):
+        consumer.add_task_queue(queue_for("train", n))
+    return devices
+
+
 @signals.worker_ready.connect
 def _start_reaper(sender: Any = None, **_: Any) -> None:
-    """Register this worker's queues and slots, release work to it, start the reaper."""
+    """Register this worker's queues, slots and devices, release work to it, start the
+    reaper."""
     try:
         queues = sorted(q.name for q in sender.task_consumer.queues)
         slots = int(getattr(sender.controller, "concurrency", 1) or 1)
     except AttributeError:  # pragma: no cover - a Celery without these attributes
         queues, slots = ["parse", "train"], 1
+    try:
+        Registration.devices = _consume_sized_queues(sender, queues)
+    except Exception:  # one-process jobs still run: the worker says it owns one device
+        log.exception("could not consume the multi-process queues; this worker takes "
+                      "one-process jobs only")  # fmt: skip
+    queues = [q for q in queues if q in TASK_FOR_KIND]  # the kinds; devices say the rest
     Registration.queues, Registration.slots = ",".join(queues), 1 if once_mode() else slots
     try:
         Registration.beat()
