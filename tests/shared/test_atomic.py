@@ -58,3 +58,23 @@ def test_every_writer_goes_through_the_helper() -> None:
         offenders += [str(path) for line in path.read_text().splitlines()
                       if hand_made.search(line)]  # fmt: skip
     assert offenders == []
+
+
+def test_a_directory_is_published_whole_or_not_at_all(tmp_path: Path) -> None:
+    from synattn_shared.atomic import atomic_dir
+
+    target = tmp_path / "cache"
+    with atomic_dir(target) as d:
+        (d / "a").write_text("1")
+    assert (target / "a").read_text() == "1"
+    with atomic_dir(target) as d:  # replaces what was there
+        (d / "b").write_text("2")
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+    try:
+        with atomic_dir(target) as d:
+            (d / "c").write_text("3")
+            raise RuntimeError("killed mid-build")
+    except RuntimeError:
+        pass
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+    assert [p.name for p in tmp_path.iterdir()] == ["cache"]  # no temporary left

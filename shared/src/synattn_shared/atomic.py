@@ -7,6 +7,7 @@ rename it over the target, then fsync the folder so the rename itself is durable
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,6 +44,25 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(target.parent)
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary directory beside ``path`` to fill; on a clean exit it replaces ``path``
+    (whatever was there is removed first) by one rename, on an error it is removed. The
+    caller makes the files inside durable (``atomic_path`` does for its files)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        if target.exists():
+            shutil.rmtree(target)  # a process that maps a file in it keeps reading that file
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
     fsync_dir(target.parent)
 

@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 from tokenizers import Tokenizer
 
+from synattn_shared.atomic import atomic_dir
 from synattn_shared.manifest import Manifest, load_manifest, write_json
 from synattn_shared.schema import SHARD_SCHEMA
 from synattn_shared.shards import ShardDataset
@@ -193,12 +194,9 @@ def build_cache(
     """Encode a split into ``target`` (atomically: written beside it, then renamed)."""
     t0 = time.perf_counter()
     ds = ShardDataset(shard_dir)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     rows = 0
     first_missing_tgt: int | None = None
-    try:
+    with atomic_dir(target) as tmp:
         with pa.OSFile(str(tmp / FILE_NAME), "wb") as sink:
             with pa.ipc.new_file(sink, file_schema()) as writer:
                 for table in _chunks(ds):
@@ -220,12 +218,6 @@ def build_cache(
             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         write_json(tmp / META_NAME, meta)
-        if target.exists():  # a cache of other inputs under this name: never used, replaced
-            shutil.rmtree(target)  # (a process that maps its file keeps reading it)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return CacheInfo(target, meta)
 
 
@@ -293,6 +285,8 @@ def ensure_cache(
             else "first use of these shards with this tokenizer"
         )
         log(f"{d}: encoding {manifest.rows} pairs into {root / key} ({why})")
+        for leftover in root.glob(f".{key}.*.tmp"):  # a build that was killed (we hold the lock)
+            shutil.rmtree(leftover, ignore_errors=True)
         for old in stale:
             shutil.rmtree(old, ignore_errors=True)
             (root / f".{old.name}.lock").unlink(missing_ok=True)
