@@ -23,7 +23,7 @@ from torch import Tensor
 
 from synattn_shared.requests import FeatureRequest, build_features
 from synattn_shared.shards import ShardDataset
-from synattn_trainer.encoded import ROW_COLUMNS, SYNTAX_COLUMNS, MappedCorpus, open_corpus
+from synattn_trainer.encoded import ROW_COLUMNS, SYNTAX_COLUMNS, MappedCorpus, ensure_cache
 from synattn_trainer.tokenizer import PAD_ID, encode_source, encode_target
 
 __all__ = ["SYNTAX_COLUMNS", "Corpus", "MappedCorpus", "MemoryCorpus"]
@@ -106,14 +106,18 @@ def load_corpus(
     Raises:
         ValueError: the shards have no target side, or changed after they were written.
     """
+    no_tgt = ValueError(f"{shard_dir}: no target side; parse with --tgt")
     if mapped:
-        return open_corpus(shard_dir, tok, max_len, limit, require_tgt, source_eos)
-    ds = ShardDataset(shard_dir)
+        info = ensure_cache(shard_dir, tok, source_eos)
+        missing = info.meta.get("first_missing_tgt")
+        if require_tgt and missing is not None and (limit is None or missing < limit):
+            raise no_tgt
+        return MappedCorpus(info, max_len, limit)
     rows = []
-    for row in ds.iter_rows(columns=list(ROW_COLUMNS)):
+    for row in ShardDataset(shard_dir).iter_rows(columns=list(ROW_COLUMNS)):
         if row["tgt"] is None:
             if require_tgt:
-                raise ValueError(f"{shard_dir}: no target side; parse with --tgt")
+                raise no_tgt
             row["tgt"] = ""
         rows.append(row)
         if limit is not None and len(rows) >= limit:

@@ -410,24 +410,3 @@ class MappedCorpus:
                     rec["tgt"] = ""
                 out[j] = rec
         return out
-
-
-def open_corpus(
-    shard_dir: str | Path,
-    tok: Tokenizer,
-    max_len: int | None = None,
-    limit: int | None = None,
-    require_tgt: bool = True,
-    source_eos: bool = True,
-    log: Log = _stderr,
-) -> MappedCorpus:
-    """A split's mapped corpus (its cache built first when needed).
-
-    Raises:
-        ValueError: ``require_tgt`` and a row within ``limit`` has no target side.
-    """
-    info = ensure_cache(shard_dir, tok, source_eos, log)
-    missing = info.meta.get("first_missing_tgt")
-    if require_tgt and missing is not None and (limit is None or missing < limit):
-        raise ValueError(f"{shard_dir}: no target side; parse with --tgt")
-    return MappedCorpus(info, max_len, limit)
