@@ -5,7 +5,8 @@ experiment on the embedded queue under ``--home`` (or finds it there from an ear
 starts ``--workers`` worker processes with ``--threads`` threads each, and every time a run
 finishes writes into ``results/<name>/``: ``report.json`` and ``report.html`` with their
 figures, each run's translations of the evaluation split, and ``run.json`` (the command, the
-budget, the git commit, the hardware, each run's wall time). Checkpoints stay under ``--home``.
+budget, the git commit, the hardware, each run's wall time, and under ``provenance`` every
+commit the runs trained under, across sessions). Checkpoints stay under ``--home``.
 
 Interrupted (a cut-off session, a reboot)? Run the same command again: the queued jobs are
 still in the embedded broker, a job whose worker died is put back on the queue by the next
@@ -199,6 +200,11 @@ def publish(
     protocols: dict[str, str] = dict(exp.spec.get("protocols") or {})
     translations = out / "translations"
     translations.mkdir(parents=True, exist_ok=True)
+    # a run this driver finishes trained its last stretch under this driver's command and
+    # commit; when only publishing, which driver finished a run is not known here
+    driver = None if trained_with is None else {
+        "command": meta.get("command"), "git_commit": meta.get("git_commit")}  # fmt: skip
+    records = []
     for job in sorted(jobs, key=lambda j: j.name):
         res = job.result or {}
         record = _ledger(out, job.name)
@@ -207,7 +213,9 @@ def publish(
             if not ref.is_file():
                 shutil.copyfile(res["ref"], ref)
             if not ledger_is_current(job, record):
-                record = write_ledger(job, out, trained_with)
+                record = write_ledger(job, out, trained_with, driver)
+        if job.state == "succeeded" and record:
+            records.append(record)
         wall = claimed_s(job, job.finished_at)
         wall = wall or res.get("wall_s")  # a record rebuilt without its timestamps keeps its wall
         if wall and job.state == "succeeded":  # the stretches earlier checkouts handed off
@@ -236,9 +244,77 @@ def publish(
         # first start to last finish (with --workers N, runs overlap; an interrupted study
         # counts its pause too)
         "study_wall_s": round(max(ends) - min(starts), 1) if starts and ends else None,
+        "provenance": provenance(records),
     }
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")
     return info
+
+
+PROVENANCE_NOTE = (
+    "the top-level command and git_commit are the last driver's only; the runs trained under "
+    "every commit listed here (dirty: the working tree differed from the commit; commit null: "
+    "not recorded, the run finished before the finishing driver's commit was kept)"
+)
+
+
+def split_commit(git_commit: str | None) -> tuple[str | None, bool | None]:
+    """``git_commit()``'s text as (the commit, whether the working tree was dirty);
+    (None, None) when it was not recorded."""
+    if git_commit is None:
+        return None, None
+    commit, dirty = git_commit.removesuffix("+dirty"), git_commit.endswith("+dirty")
+    return commit, dirty
+
+
+def stretches(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A published run's stretches of training, in order, each with the commit it trained
+    under: the ones earlier checkouts handed off (``segments``), then the last, to the run's
+    end, under the driver that finished it (``finished_under``; commit None in a record
+    written before that was kept)."""
+    parts = []
+    for seg in record.get("segments") or []:
+        commit, dirty = split_commit(seg.get("git_commit"))
+        parts.append({"from_update": int(seg["from_update"]), "to_update": int(seg["to_update"]),
+                      "commit": commit, "dirty": dirty})  # fmt: skip
+    start = parts[-1]["to_update"] if parts else 0
+    end = (record.get("result") or {}).get("update")
+    commit, dirty = split_commit((record.get("finished_under") or {}).get("git_commit"))
+    parts.append({"from_update": start, "to_update": start if end is None else int(end),
+                  "commit": commit, "dirty": dirty})  # fmt: skip
+    return parts
+
+
+def provenance(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every commit the published runs (their ``runs/<run>.json`` records) trained under, for
+    ``run.json``: per commit, dirty or not, the runs and the updates trained under it, in the
+    order the commits were first used; the updates whose commit was not recorded; and each
+    run's stretches. A study trains over many sessions, so one top-level commit says too
+    little."""
+    commits: dict[tuple[str, bool], dict[str, Any]] = {}
+    first: dict[tuple[str, bool], float] = {}  # when a stretch under the commit first ended
+    unknown: dict[str, Any] = {"runs": [], "updates": 0}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for record in sorted(records, key=lambda r: str(r["name"])):
+        name = str(record["name"])
+        parts = stretches(record)
+        runs[name] = parts
+        segments = record.get("segments") or []
+        ends = [g.get("ended_at") for g in segments] + [record.get("finished_at")]
+        for part, ended in zip(parts, ends, strict=True):
+            trained = part["to_update"] - part["from_update"]
+            if part["commit"] is None:
+                entry = unknown
+            else:
+                key = (part["commit"], bool(part["dirty"]))
+                entry = commits.setdefault(key, {"commit": key[0], "dirty": key[1], "runs": [],
+                                                 "updates": 0})  # fmt: skip
+                first[key] = min(first.get(key, float("inf")), float(ended or float("inf")))
+            if name not in entry["runs"]:
+                entry["runs"].append(name)
+            entry["updates"] += trained
+    order = sorted(commits, key=lambda k: (first[k], k))
+    return {"note": PROVENANCE_NOTE, "commits": [commits[k] for k in order],
+            "not_recorded": unknown, "runs": runs}  # fmt: skip
 
 
 def republish_meta(grid: Path, results: Path, meta: dict[str, Any]) -> dict[str, Any]:
@@ -306,12 +382,17 @@ def ledger_is_current(job: Any, record: dict[str, Any]) -> bool:
 
 
 def write_ledger(
-    job: Any, out: Path, trained_with: dict[str, Any] | None = None
+    job: Any,
+    out: Path,
+    trained_with: dict[str, Any] | None = None,
+    finished_under: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Publish one finished run so that a later session can take it as done: its translations
     under every final-model selection, its metrics, and ``runs/<run>.json`` with the result
     (paths relative to ``out``), the spec's digest, the timing and, when known, how many runs
-    trained side by side with how many threads each (``trained_with``). Returns the record."""
+    trained side by side with how many threads each (``trained_with``) and the command and
+    commit of the driver that trained its last stretch (``finished_under``; the earlier
+    stretches' are in ``segments``). Returns the record."""
     from synattn_shared.atomic import atomic_write_text
 
     res = json.loads(json.dumps(job.result))
@@ -339,10 +420,15 @@ def write_ledger(
         "earlier_claims_s": job.earlier_claims_s,
         "trained_with": trained_with, "result": res,
     }  # fmt: skip
+    old = _ledger(out, job.name)
+    same = old if old.get("finished_at") == job.finished_at else {}
+    # the same finish published again keeps the driver that published it first
+    finished_under = same.get("finished_under") or finished_under
+    if finished_under:
+        record["finished_under"] = finished_under
     history = study_handoff.load_record(out, job.name)
     if history is None:  # the same finish published again keeps its stretches
-        old = _ledger(out, job.name)
-        history = old if old.get("finished_at") == job.finished_at else None
+        history = same or None
     if history and history.get("segments") and history.get("spec_digest") == record["spec_digest"]:
         # trained over several checkouts: the stretches before the last one, and their time
         record["segments"] = history["segments"]

@@ -45,9 +45,13 @@ def test_table_rows_come_from_the_reports(tmp_path: Path) -> None:
     assert "+1.25 ± 0.35 vs vanilla" in line and "**inconclusive**" in line
     # one measured row: the Holm family has one member, the p-values stay
     assert "| 0.200 | 0.010 |" in line and "2 of 3 so far" in line
+    # its interval (t with 1 df), what the interval says of the paper's +1.12, what it detects
+    assert "| [-1.93, +4.43] | consistent with no effect; with the paper's +1.12 |" in line
+    assert "| ≥ " in line
     assert "final model: average" in line and "≤2048 padded tokens" in line
     assert "not measured yet" in next(x for x in text.splitlines() if "`rhe+lpea`" in x)
     assert "+2.25 ± 0.35 BLEU over 2 seeds" in text  # vanilla minus 8L
+    assert "95% CI [-0.93, +5.43]" in text
     assert "larger in size than every method's mean" in text
 
 
@@ -110,7 +114,10 @@ def test_controls_stand_beside_their_systems(tmp_path: Path) -> None:
     text = c.render(tmp_path, earlier=())
     lpea = next(x for x in text.splitlines() if x.startswith("| `rhe+lpea` | `lpea` |"))
     # rhe+lpea minus lpea on seeds 1 and 2: -1.0 and +1.0
-    assert "| -0.25 ± 0.35 vs vanilla | -0.25 ± 1.06 vs vanilla | +0.00 ± 1.41 (2 seeds) |" in lpea
+    assert (
+        "| -0.25 ± 0.35 vs vanilla, CI [-3.43, +2.93] | -0.25 ± 1.06 vs vanilla, CI [-9.78, "
+        "+9.28] | +0.00 ± 1.41 (2 seeds), CI [-12.71, +12.71] |"
+    ) in lpea  # two seeds: t(0.975, 1 df) = 12.71 makes the intervals wide
     assert lpea.endswith("| 3 of 3 |")
     random = next(x for x in text.splitlines() if "| `headmask-random` |" in x)
     assert "| not measured yet | -1.00 vs vanilla | – | 1 of 3 |" in random
@@ -257,8 +264,8 @@ def test_the_protocol_table_pairs_each_selection_seed_by_seed(tmp_path: Path) ->
     lines = c.protocols(report, c.run_scores(tmp_path))
     row = next(x for x in lines if x.startswith("| `slr-gated`"))
     assert (
-        row
-        == "| `slr-gated` | vanilla | +0.50 ± 0.71 (2) | **+0.75 ± 0.35 (2)** | +0.00 ± 1.41 (2) |"
+        row == "| `slr-gated` | vanilla | +0.50 ± 0.71 (2) [-5.85, +6.85] | **+0.75 ± 0.35 (2) "
+        "[-2.43, +3.93]** | +0.00 ± 1.41 (2) [-12.71, +12.71] |"
     )
     assert lines[-1] == ("Baselines' mean BLEU: vanilla end-of-run average 30.50, best "
                          "validation 29.50, last checkpoint 28.50.")  # fmt: skip

@@ -31,7 +31,8 @@ def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
         "vanilla (baseline)",
         "dea",
         "slr-gated",
-        "p (bootstrap, Holm)",
+        "p bootstrap",
+        "95% CI of Δ",
         "verdict",
         "BLEU",
     ):

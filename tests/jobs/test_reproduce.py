@@ -42,11 +42,14 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
     store = JobStore(f"sqlite:///{home / 'jobs' / 'jobs.sqlite'}")
     exp = store.create_experiment("pub", "vanilla", {"seeds": [1, 2, 3]})
     ref = tmp_path / "ref.txt"
-    ref.write_text("".join(f"ein hund {i}\n" for i in range(30)))
+    ref.write_text("".join(f"ein hund läuft über die wiese {i}\n" for i in range(30)))
     for variant, shift in (("vanilla", 0.0), ("dea", 0.5)):
         for seed in (1, 2, 3):
             hyp = tmp_path / f"hyp-{variant}-{seed}.test.txt"
-            hyp.write_text("".join(f"ein hund {i}\n" for i in range(30)))
+            # dea translates every sentence right, vanilla only the first of every three
+            right = [variant == "dea" or i % 3 == 0 for i in range(30)]
+            hyp.write_text("".join(f"ein hund läuft über die wiese {i}\n" if ok else
+                                   "eine katze\n" for i, ok in enumerate(right)))  # fmt: skip
             job = store.create_job("train", f"{variant}-s{seed}", {"resolved": RESOLVED},
                                    str(tmp_path), experiment_id=exp.id, variant=variant,
                                    seed=seed)  # fmt: skip
@@ -60,14 +63,18 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
     assert "6/6 runs published" in proc.stdout
     report = json.loads((out / "report.json").read_text())
     dea = next(r for r in report["rows"] if r["variant"] == "dea")
-    # +0.5 on every seed (the seed test's p is 0); sacreBLEU's bootstrap gives identical
-    # outputs a small p by design, so the verdict rests on the seeds' agreement
+    # +0.5 on every seed (the seed test's p is 0), and better outputs: the joint bootstrap on
+    # the translations agrees, so the verdict is "better"
     assert dea["delta"] == 0.5 and dea["verdict"] == "better"
+    assert dea["bootstrap"]["seeds"] == 3 and dea["bootstrap"]["ci95"][0] > 0
     run = json.loads((out / "run.json").read_text())
     assert run["command"].startswith("python bench/reproduce.py") and len(run["runs"]) == 6
     assert run["budget"]["max_updates"] == 600 and "3+3 layers, d=128" in run["budget"]["model"]
     assert run["hardware"]["cpu_count"] and run["git_commit"][:7].isalnum()
     assert (out / "report.html").is_file()
+    # publishing alone does not know which driver trained a run's last stretch
+    assert run["provenance"]["commits"] == [] and run["provenance"]["not_recorded"] == {
+        "runs": sorted(r["name"] for r in run["runs"]), "updates": 6 * 600}  # fmt: skip
     names = sorted(p.name for p in (out / "translations").iterdir())
     assert names == sorted([f"{v}-s{s}.test.txt" for v in ("vanilla", "dea") for s in (1, 2, 3)]
                            + ["ref.test.txt"])  # fmt: skip
@@ -135,10 +142,14 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
         store.claim(ids[name], "w", 60)
         store.finish(ids[name], "succeeded", result)
     side_by_side = {"workers": 2, "threads": 1}
-    repro.publish(exp_id, results, {"command": "x"}, side_by_side)  # type: ignore[attr-defined]
+    driver = {"command": "x", "git_commit": "c0ffee+dirty"}
+    repro.publish(exp_id, results, driver, side_by_side)  # type: ignore[attr-defined]
     out = results / "ledger"
     record = json.loads((out / "runs" / "vanilla-s1.json").read_text())
-    assert record["trained_with"] == side_by_side
+    assert record["trained_with"] == side_by_side and record["finished_under"] == driver
+    assert json.loads((out / "run.json").read_text())["provenance"]["commits"] == [
+        {"commit": "c0ffee", "dirty": True, "runs": ["rp-s1", "vanilla-s1"], "updates": 1200}
+    ]
     listed = json.loads((out / "run.json").read_text())["runs"]
     assert {r["name"]: r["trained_with"] for r in listed} == {
         "dea-s1": None, "rp-s1": side_by_side, "vanilla-s1": side_by_side}  # fmt: skip
@@ -169,6 +180,47 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
     written = (ledger.stat().st_mtime_ns, ledger.read_text())
     repro.publish(exp2, results, {"command": "x"}, {"workers": 1, "threads": 1})  # type: ignore[attr-defined]
     assert (ledger.stat().st_mtime_ns, ledger.read_text()) == written
+
+
+def _segment(start: int, end: int, commit: str, ended_at: float) -> dict[str, Any]:
+    """A stretch a hand-off recorded (bench/study_handoff.py), with what provenance reads."""
+    return {"from_update": start, "to_update": end, "wall_s": 1.0, "ended_at": ended_at,
+            "command": "python bench/reproduce.py s.yaml", "git_commit": commit}  # fmt: skip
+
+
+def test_provenance_lists_every_commit_the_runs_trained_under() -> None:
+    """``run.json``'s provenance from the runs' records: each commit, clean and dirty apart
+    ("+dirty" parsed off), with its runs and the updates trained under it, in the order the
+    commits were first used; each run's stretches, the last one under ``finished_under``, or
+    not recorded in a record that predates it."""
+    repro: Any = _load_reproduce()
+    records = [
+        {"name": "b-s1", "finished_at": 50.0, "result": {"update": 900}},  # an older record
+        {"name": "a-s1", "finished_at": 40.0, "result": {"update": 1000},
+         "segments": [_segment(0, 300, "aaa", 10.0), _segment(300, 700, "bbb+dirty", 20.0)],
+         "finished_under": {"command": "c", "git_commit": "ccc"}},
+        {"name": "c-s1", "finished_at": 30.0, "result": {"update": 1000},
+         "segments": [_segment(0, 600, "bbb+dirty", 25.0)],
+         "finished_under": {"command": "c", "git_commit": "bbb"}},
+    ]  # fmt: skip
+    prov = repro.provenance(records)
+    assert prov["commits"] == [
+        {"commit": "aaa", "dirty": False, "runs": ["a-s1"], "updates": 300},
+        {"commit": "bbb", "dirty": True, "runs": ["a-s1", "c-s1"], "updates": 400 + 600},
+        {"commit": "bbb", "dirty": False, "runs": ["c-s1"], "updates": 400},
+        {"commit": "ccc", "dirty": False, "runs": ["a-s1"], "updates": 300},
+    ]
+    assert prov["not_recorded"] == {"runs": ["b-s1"], "updates": 900}
+    assert prov["runs"]["a-s1"] == [
+        {"from_update": 0, "to_update": 300, "commit": "aaa", "dirty": False},
+        {"from_update": 300, "to_update": 700, "commit": "bbb", "dirty": True},
+        {"from_update": 700, "to_update": 1000, "commit": "ccc", "dirty": False},
+    ]
+    assert prov["runs"]["b-s1"] == [
+        {"from_update": 0, "to_update": 900, "commit": None, "dirty": None}
+    ]
+    assert list(prov["runs"]) == ["a-s1", "b-s1", "c-s1"] and "last driver" in prov["note"]
+    assert sum(c["updates"] for c in prov["commits"]) + 900 == 2900  # every update, once
 
 
 def test_an_execution_only_setting_at_its_old_value_keeps_published_runs_current() -> None:

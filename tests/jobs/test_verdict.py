@@ -3,6 +3,7 @@ built from a store whose runs have known BLEU and translations."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,21 @@ def test_report_rows_carry_the_verdict(tmp_path: Path) -> None:
     assert rows["8L"]["is_baseline"] and rows["8L"]["verdict"] is None
     assert rep["warnings"] == []
     header, *cells = table_rows(rep)
-    assert header[4:9] == ["vs", "Δ BLEU", "p (seeds, Holm)", "p (bootstrap, Holm)", "verdict"]
+    assert header[4:11] == ["vs", "Δ BLEU", "95% CI of Δ", "detectable Δ", "p seeds",
+                            "p bootstrap", "verdict"]  # fmt: skip
+    # every compared row carries its interval, its detectable effect and the joint bootstrap
+    from synattn_jobs.verdict import mean_ci, min_detectable_effect
+
+    diffs = list(rows["good"]["diffs"].values())
+    assert rows["good"]["ci95"] == pytest.approx(list(mean_ci(diffs) or ()))
+    assert rows["good"]["mde"] == pytest.approx(min_detectable_effect(
+        statistics.stdev(diffs), 3, 0.05 / 2))  # fmt: skip
+    assert rows["good"]["mde_alpha"] == 0.025 and "4 times in 5" in rows["good"]["mde_words"]
+    assert rows["good"]["reading"] == "above zero"
+    boot = rows["good"]["bootstrap"]
+    assert boot["seeds"] == 3 and boot["samples"] == 200 and boot["ci95"][0] > 0
+    assert rep["power"]["level"] == 0.8 and rep["power"]["alpha"] == 0.025
+    assert rows["vanilla"]["ci95"] is None and "mde" not in rows["vanilla"]
     # the verdicts stand on p-values adjusted over the table's two compared rows
     assert rep["multiple_comparisons"] == {"method": "holm", "family": 2}
     for row in (rows["good"], rows["noisy"]):
@@ -139,7 +154,7 @@ def test_report_rows_carry_the_verdict(tmp_path: Path) -> None:
         "max_updates": None,
         "selection": None,
     }
-    assert any(c[0] == "good" and c[8] == "better" for c in cells)
+    assert any(c[0] == "good" and c[10] == "better" and c[7].startswith("≥") for c in cells)
 
 
 def test_a_row_and_its_baseline_are_scored_with_the_row_s_protocol(tmp_path: Path) -> None:
@@ -219,3 +234,45 @@ def test_experiment_files_plan_known_presets(path: Path) -> None:
     # seed-major: the first seed of every system comes before any second seed
     first = [j["seed"] for j in jobs[: len(spec.variant_fragments())]]
     assert first == [spec.seeds[0]] * len(first)
+
+
+def test_confidence_interval_of_the_mean_difference() -> None:
+    """diffs 1, 2, 3: mean 2, sd 1, t(0.975, 2 df) = 4.3027, half-width 4.3027 / sqrt 3."""
+    from synattn_jobs.verdict import mean_ci
+
+    low, high = mean_ci([1.0, 2.0, 3.0]) or (0.0, 0.0)
+    assert (low, high) == (pytest.approx(-0.4841, abs=1e-4), pytest.approx(4.4841, abs=1e-4))
+    assert mean_ci([0.5, 0.5]) == (0.5, 0.5)
+    assert mean_ci([1.0]) is None
+    cmp = compare_seeds({1: 21.0, 2: 22.0, 3: 23.0}, {1: 20.0, 2: 20.0, 3: 20.0}, None)
+    assert cmp is not None and cmp.ci95 == pytest.approx((-0.4841, 4.4841), abs=1e-4)
+
+
+def test_minimum_detectable_effect_has_the_power_it_claims() -> None:
+    """At the returned effect, simulated paired t-tests over 3 seeds reject 4 times in 5; with
+    30 seeds it is near the normal approximation (1.96 + 0.84) sd / sqrt 30 = 0.51 sd."""
+    import numpy as np
+    from scipy.stats import t
+
+    from synattn_jobs.verdict import min_detectable_effect
+
+    alpha = 0.05 / 5
+    mde = min_detectable_effect(0.5, 3, alpha)
+    assert mde is not None
+    rng = np.random.default_rng(0)
+    diffs = rng.normal(mde, 0.5, size=(200_000, 3))
+    stat = diffs.mean(1) / (diffs.std(1, ddof=1) / np.sqrt(3))
+    power = np.mean(np.abs(stat) > t.ppf(1 - alpha / 2, 2))
+    assert power == pytest.approx(0.8, abs=0.01)
+    assert min_detectable_effect(1.0, 30) == pytest.approx(0.529, abs=0.01)
+    assert min_detectable_effect(1.0, 3, 0.01) > min_detectable_effect(1.0, 3, 0.05)  # type: ignore[operator]
+    assert min_detectable_effect(0.0, 3) is None and min_detectable_effect(1.0, 1) is None
+
+
+def test_reading_says_only_what_the_interval_allows() -> None:
+    from synattn_jobs.verdict import reading
+
+    assert reading((-0.98, 1.20), (1.12,)) == "consistent with no effect; with the paper's +1.12"
+    assert reading((0.81, 1.91), (3.0,)) == "above zero; below the paper's +3.00"
+    assert reading((-2.2, -1.0)) == "below zero"
+    assert reading(None) == "one seed: no interval"

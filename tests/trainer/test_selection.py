@@ -110,6 +110,7 @@ def test_last_and_best_validation_selection(m30k: dict[str, Path], tmp_path: Pat
     assert res.averaged is None and res.averaged_updates == [] and res.selection == "last"
     assert res.checkpoint is not None and update_of(res.checkpoint) == 12
     assert res.checkpoint_updates == {"last": 12}
+    assert (res.best_checkpoint_valid_loss, res.best_checkpoint_update) == (None, None)
     best = tiny_config(m30k, train={**base, "checkpoint_select": "best_valid"})
     trainer = Trainer(best, tmp_path / "best", progress=False)
     res = trainer.train()
@@ -128,11 +129,42 @@ def test_last_and_best_validation_selection(m30k: dict[str, Path], tmp_path: Pat
     assert [r["update"] for r in saves] == sorted(losses)  # each checkpoint validated once
     assert [r["update"] for r in saves if r["best_valid"]][-1] == chosen
     assert min(saves, key=lambda r: r["valid_loss"])["update"] == chosen
+    assert res.best_checkpoint_update == chosen
     assert_tied_once(state["model"], res.averaged)
     model, _ = load_model(res.averaged)
     ref, _ = load_model(tmp_path / "best" / "checkpoints" / f"ckpt-{chosen:08d}.pt")
     for k, v in model.state_dict().items():
         assert torch.equal(v, ref.state_dict()[k]), k
+
+
+def test_the_result_names_best_pts_checkpoint_beside_the_best_epoch_end(
+    m30k: dict[str, Path], tmp_path: Path
+) -> None:
+    """``best_valid_loss`` is the lowest validation loss at an epoch's end (what patience
+    compares); ``best.pt`` is chosen among the checkpoints, validated every K updates. The
+    result names both: the best checkpoint's loss and update are the ``checkpoint`` event
+    with the lowest loss, and ``best.pt``'s update, also when best_valid is an extra
+    selection beside an average."""
+    cfg = tiny_config(
+        m30k,
+        train={"max_updates": 12, "checkpoint_every_updates": 3, "average_last": 2, "seed": 7,
+               "keep_checkpoints": 10, "extra_selections": ["best_valid"]},
+        data={"max_tokens": 6000},  # 5 updates an epoch: epochs end at 5 and 10, and 12
+    )  # fmt: skip
+    res = Trainer(cfg, tmp_path / "run", progress=False).train()
+    assert res.selection == "average"
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    saves = [r for r in logged if r["event"] == "checkpoint"]
+    best = min((r for r in saves if r["best_valid"]), key=lambda r: r["valid_loss"])
+    assert best == min(saves, key=lambda r: r["valid_loss"])
+    assert res.best_checkpoint_valid_loss == best["valid_loss"]
+    assert res.best_checkpoint_update == best["update"] == res.checkpoint_updates["best_valid"]
+    (at,) = torch.load(tmp_path / "run" / "best.pt", weights_only=False)["updates"]
+    assert at == res.best_checkpoint_update
+    epochs = [r for r in logged if r["event"] == "epoch"]
+    assert len(epochs) > 1 and any(r["update"] % 3 for r in epochs)  # ends between checkpoints
+    # patience counts an epoch better only by more than 1e-6
+    assert res.best_valid_loss == pytest.approx(min(r["valid_loss"] for r in epochs), abs=1e-6)
 
 
 def test_tie_like_shares_only_what_the_template_shares() -> None:

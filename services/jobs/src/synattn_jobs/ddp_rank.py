@@ -66,7 +66,9 @@ def result_json(result: TrainResult, parameters: int) -> dict[str, Any]:
     text = {k: str(v) for k, v in result.finals.items()}
     return {
         "update": result.update, "epoch": result.epoch,
-        "best_valid_loss": result.best_valid_loss,
+        "best_valid_loss": result.best_valid_loss,  # at epoch ends; best.pt's is the next
+        "best_checkpoint_valid_loss": result.best_checkpoint_valid_loss,
+        "best_checkpoint_update": result.best_checkpoint_update,
         "checkpoint": str(result.checkpoint) if result.checkpoint else None,
         "averaged": str(result.averaged) if result.averaged else None,
         "stopped": str(result.stopped), "selection": result.selection, "finals": text,
@@ -82,6 +84,8 @@ def result_from_json(data: dict[str, Any]) -> tuple[TrainResult, int]:
     def path(v: str | None) -> Path | None:
         return None if v is None else Path(v)
 
+    best_loss = data["best_checkpoint_valid_loss"]  # None without a best_valid selection
+    best_update = data["best_checkpoint_update"]
     result = TrainResult(
         update=int(data["update"]), epoch=int(data["epoch"]),
         best_valid_loss=float(data["best_valid_loss"]), checkpoint=path(data["checkpoint"]),
@@ -90,6 +94,8 @@ def result_from_json(data: dict[str, Any]) -> tuple[TrainResult, int]:
         finals={k: Path(v) for k, v in data["finals"].items()},
         final_updates={k: list(v) for k, v in data["final_updates"].items()},
         checkpoint_updates={k: int(v) for k, v in data["checkpoint_updates"].items()},
+        best_checkpoint_valid_loss=None if best_loss is None else float(best_loss),
+        best_checkpoint_update=None if best_update is None else int(best_update),
     )  # fmt: skip
     return result, int(data["parameters"])
 

@@ -1,12 +1,13 @@
 """Comparison of an experiment's runs: a table (terminal and JSON) and an HTML report.
 
 Per variant (and hyper-parameter combination): BLEU mean and standard deviation over seeds;
-against its baseline the mean per-seed difference, a paired t-test over seeds, the paired
-bootstrap (sacreBLEU; seeds pooled: each seed's output is paired with the baseline's output of
-the same seed and the pairs are concatenated) and the verdict both must agree on
-(``synattn_jobs.verdict``); chrF, parameters and median training tokens/s. Fewer than three
-seeds print a warning in words. The HTML report embeds loss curves (one panel per system, its
-baseline's runs behind it) and, where a run logged them, gate and head-label heatmaps.
+against its baseline the mean per-seed difference with its seed-paired 95% confidence interval,
+a paired t-test over seeds, a paired bootstrap on the mean difference (the test sentences
+resampled jointly across seeds, ``synattn_jobs.bootstrap``) and the verdict both must agree on
+(``synattn_jobs.verdict``); the smallest difference the design could have detected; chrF,
+parameters and median training tokens/s. Fewer than three seeds print a warning in words. The
+HTML report embeds loss curves (one panel per system, its baseline's runs behind it) and,
+where a run logged them, gate and head-label heatmaps.
 """
 
 from __future__ import annotations
@@ -21,8 +22,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from synattn_jobs.bootstrap import (
+    DeltaBootstrap,
+    bleu_from_statistics,
+    bleu_statistics,
+    delta_bootstrap,
+    resample_counts,
+)
 from synattn_jobs.store import Experiment, Job
-from synattn_jobs.verdict import ALPHA, compare_seeds, decide, holm, seed_warning
+from synattn_jobs.verdict import (
+    ALPHA,
+    LEVEL,
+    POWER,
+    compare_seeds,
+    decide,
+    detectable,
+    holm,
+    min_detectable_effect,
+    reading,
+    seed_warning,
+)
 from synattn_shared.atomic import atomic_write_text, atomic_write_with
 
 
@@ -75,31 +94,35 @@ def model_updates(job: Job, protocol: str | None = None) -> dict[str, Any]:
     }
 
 
-def _pooled_bootstrap(
+def _joint_bootstrap(
     done: list[Job],
     base_jobs: dict[int, Job],
     samples: int,
-    read: Callable[[str | None], list[str]],
+    stats: Callable[[str | None, str | None], Any],
     protocol: str | None = None,
-) -> float | None:
-    """sacreBLEU's paired bootstrap p-value over every seed's output, each paired with the
-    baseline's output of the same seed (pairs concatenated)."""
-    from synattn_trainer.evaluate import paired_bootstrap
-
-    sys_h: list[str] = []
-    base_h: list[str] = []
-    refs: list[str] = []
-    for j in done:
+) -> DeltaBootstrap | None:
+    """The paired bootstrap on the mean Δ over the seeds whose outputs both sides kept, one
+    resampling of the test sentences applied to every seed (``synattn_jobs.bootstrap``); None
+    when no seed has translations of the same test set on both sides."""
+    system, baseline = [], []
+    ref: str | None = None
+    for j in sorted(done, key=lambda j: j.seed if j.seed is not None else -1):
         b = base_jobs.get(j.seed) if j.seed is not None else None
         if b is None or not _ok(b) or "hyp" not in b.result:
             continue
-        h, bh = read(scored(j, protocol)["hyp"]), read(scored(b, protocol)["hyp"])
-        r = read(j.result.get("ref"))
-        if h and len(h) == len(bh) == len(r):
-            sys_h += h
-            base_h += bh
-            refs += r
-    return paired_bootstrap(sys_h, base_h, refs, samples).p_value if refs else None
+        refs = j.result.get("ref")
+        if ref is not None and refs != ref:
+            continue  # another test set: not the same sentences to resample
+        h, bh = stats(scored(j, protocol)["hyp"], refs), stats(scored(b, protocol)["hyp"], refs)
+        if h is None or bh is None or h.shape != bh.shape:
+            continue
+        ref = refs
+        system.append(h)
+        baseline.append(bh)
+    if not system:
+        return None
+    counts = resample_counts(system[0].shape[0], samples)
+    return delta_bootstrap(system, baseline, counts, bleu_from_statistics)
 
 
 def _ok(job: Job) -> bool:
@@ -109,16 +132,43 @@ def _ok(job: Job) -> bool:
 
 def _adjust_for_the_table(rows: list[dict[str, Any]]) -> int:
     """Holm-adjust each test's p-values over the rows compared with a baseline and base their
-    verdicts on the adjusted ones (the unadjusted verdict is kept); the family's size."""
+    verdicts on the adjusted ones (the unadjusted verdict is kept); give each row the smallest
+    difference it could have detected at the level a lone effect must meet in this family
+    (alpha over the family's size, Holm's first step) and its interval in words. Returns the
+    family's size."""
     family = [r for r in rows if r.get("diffs") is not None]
     for raw, adjusted in (("seed_p", "seed_p_holm"), ("p_value", "p_value_holm")):
         for row, p in zip(family, holm([r[raw] for r in family]), strict=True):
             row[adjusted] = p
+    alpha = ALPHA / max(1, len(family))
     for row in family:
         row["verdict_unadjusted"] = row["verdict"]
         diffs = list(row["diffs"].values())
         row["verdict"] = str(decide(diffs, row["seed_p_holm"], row["p_value_holm"]))
+        spread = statistics.stdev(diffs) if len(diffs) > 1 else None
+        row["seed_sd"] = spread
+        row["mde"] = min_detectable_effect(spread, len(diffs), alpha)
+        row["mde_alpha"] = alpha
+        row["mde_words"] = detectable(row["mde"], len(diffs), len(family))
+        ci = row.get("ci95")
+        row["reading"] = reading(tuple(ci) if ci else None)
     return len(family)
+
+
+def _statistics_reader(
+    read: Callable[[str | None], list[str]],
+) -> Callable[[str | None, str | None], Any]:
+    """Per-sentence BLEU statistics of a translation file against its references, computed
+    once per file: a baseline's outputs serve every row compared with it."""
+
+    @functools.cache
+    def stats(hyp: str | None, ref: str | None) -> Any:
+        h, r = read(hyp), read(ref)
+        if not h or len(h) != len(r):
+            return None
+        return bleu_statistics(h, r)
+
+    return stats
 
 
 def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[str, Any]:
@@ -129,6 +179,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
     for job in jobs:
         groups[_group_key(job)].append(job)
     read = functools.cache(_lines)  # a baseline's outputs serve every row: read them once
+    stats = _statistics_reader(read)
     own_baselines: dict[str, str] = dict(exp.spec.get("baselines") or {})
     protocols: dict[str, str] = dict(exp.spec.get("protocols") or {})
     baseline_names = {exp.baseline, *own_baselines.values()}
@@ -167,24 +218,33 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             "is_baseline": is_baseline,
             "vs": None if is_baseline else vs,
             "delta": None,
+            "ci95": None,  # seed-paired t-interval of the mean difference
             "seed_p": None,
-            "p_value": None,  # the paired bootstrap's
+            "p_value": None,  # the joint paired bootstrap's (synattn_jobs.bootstrap)
+            "bootstrap": None,
             "verdict": None,
             "jobs": [j.id for j in members],
         }
         if done and not is_baseline:
             base_jobs = seeds_of(vs)
-            boot = _pooled_bootstrap(done, base_jobs, bootstrap, read, protocol)
+            boot = _joint_bootstrap(done, base_jobs, bootstrap, stats, protocol)
             cmp = compare_seeds(
                 {j.seed: scores[j.id]["bleu"] for j in done if j.seed is not None},
                 {s: scored(b, protocol)["bleu"] for s, b in base_jobs.items() if _ok(b)},
-                boot,
+                boot.p_value if boot else None,
             )
-            row["p_value"] = boot
+            if boot is not None:
+                row["p_value"] = boot.p_value
+                row["bootstrap"] = {
+                    "method": "paired, test sentences resampled jointly across seeds",
+                    "delta": boot.delta, "ci95": list(boot.ci95), "samples": boot.samples,
+                    "seeds": boot.seeds,
+                }  # fmt: skip
             if cmp is not None:
                 row.update(
                     delta=cmp.mean_diff, seed_p=cmp.seed_p, verdict=str(cmp.verdict),
                     diffs=dict(zip(map(str, cmp.seeds), cmp.diffs, strict=True)),
+                    ci95=list(cmp.ci95) if cmp.ci95 else None,
                 )  # fmt: skip
         rows.append(row)
     family = _adjust_for_the_table(rows)
@@ -204,6 +264,18 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
         "seeds": seeds,
         "alpha": ALPHA,
         "multiple_comparisons": {"method": "holm", "family": family},
+        "intervals": {
+            "level": LEVEL,
+            "seeds": "t-interval of the mean per-seed difference (n - 1 degrees of freedom)",
+            "bootstrap": "percentile interval, test sentences resampled jointly across seeds",
+        },
+        "power": {
+            "level": POWER,
+            "alpha": ALPHA / max(1, family),
+            "meaning": "mde: the smallest true mean difference the seed-paired t-test would "
+            "call significant with this probability, at the row's seed count and observed "
+            "seed spread and at the level a lone effect must meet after Holm over the family",
+        },
         "protocols": protocols,
         "warnings": [warning] if warning else [],
         "rows": rows,
@@ -217,8 +289,9 @@ def _fmt(v: Any, spec: str) -> str:
 
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
     """Formatted cells (header first), shared by the terminal and the HTML table."""
-    out = [["variant", "runs", "BLEU", "± std", "vs", "Δ BLEU", "p (seeds, Holm)",
-            "p (bootstrap, Holm)", "verdict", "chrF", "params", "tok/s"]]  # fmt: skip
+    out = [["variant", "runs", "BLEU", "± std", "vs", "Δ BLEU", "95% CI of Δ",
+            "detectable Δ", "p seeds", "p bootstrap", "verdict", "chrF", "params",
+            "tok/s"]]  # fmt: skip
     for r in report["rows"]:
         runs = f"{r['succeeded']}/{r['runs']}"
         if r["succeeded"] < r["runs"]:
@@ -226,13 +299,35 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
         out.append(
             [r["variant"] + (" (baseline)" if r["is_baseline"] else ""), runs,
              _fmt(r["bleu_mean"], ".2f"), _fmt(r["bleu_std"], ".2f"),
-             r.get("vs") or "-", _fmt(r.get("delta"), "+.2f"),
+             r.get("vs") or "-", _fmt(r.get("delta"), "+.2f"), _interval(r.get("ci95")),
+             _mde(r),
              _fmt(r.get("seed_p_holm", r.get("seed_p")), ".4f"),
              _fmt(r.get("p_value_holm", r["p_value"]), ".4f"), r.get("verdict") or "-",
              _fmt(r["chrf_mean"], ".2f"), _fmt(r["parameters"], ",d"),
              _fmt(r["tokens_per_s"], ".0f")]
         )  # fmt: skip
     return out
+
+
+NO_WRAP = {"variant", "95% CI of Δ", "detectable Δ", "p bootstrap", "verdict"}
+KEY = (
+    "Δ: mean per-seed difference from its baseline; 95% CI of Δ: seed-paired t-interval (an "
+    "interval holding 0 is not evidence of no effect); detectable Δ: the smallest true Δ the "
+    "seed test would find 4 times in 5 at this seed count and spread; p seeds: paired t-test; "
+    "p bootstrap: test sentences resampled jointly across seeds; both Holm-adjusted over the "
+    "compared rows."
+)
+
+
+def _interval(ci: list[float] | None) -> str:
+    return "-" if not ci else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def _mde(row: dict[str, Any]) -> str:
+    """The minimum detectable effect as a table cell: "≥ X", or "-" where it is not estimable
+    (a baseline, one seed, or seeds that did not vary)."""
+    mde = row.get("mde")
+    return "-" if mde is None else f"≥ {mde:.2f}"
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -245,11 +340,12 @@ def print_table(report: dict[str, Any]) -> None:
         caption=report.get("signature") or "",
     )
     for i, h in enumerate(rows[0]):
-        t.add_column(h, justify="left" if i == 0 else "right")
+        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=h in NO_WRAP)
     for r in rows[1:]:
         t.add_row(*r)
-    console = Console(width=160)
+    console = Console(width=180)
     console.print(t)
+    console.print(KEY, highlight=False)
     for warning in report.get("warnings", []):
         console.print(f"[bold yellow]warning:[/] {warning}")
 

@@ -81,7 +81,11 @@ def run_train(
         "update": result.update,
         "epoch": result.epoch,
         "stopped": result.stopped,
+        # the lowest epoch-end validation loss (what patience compares); best.pt holds the
+        # checkpoint with the lowest validation loss among checkpoints, which may be another
         "best_valid_loss": result.best_valid_loss,
+        "best_checkpoint_valid_loss": result.best_checkpoint_valid_loss,  # None: no best.pt
+        "best_checkpoint_update": result.best_checkpoint_update,
         "checkpoint": str(checkpoint) if checkpoint else None,
         "selection": result.selection,
         "averaged_updates": result.averaged_updates,

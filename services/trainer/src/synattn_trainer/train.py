@@ -37,6 +37,7 @@ from synattn_trainer.data import (
 from synattn_trainer.dropout import use_fast as use_fast_dropout
 from synattn_trainer.model import Transformer, count_parameters, use_cudnn_attention
 from synattn_trainer.prefetch import BatchPrefetcher
+from synattn_trainer.rawtext import PARSE_KEY, training_parse
 from synattn_trainer.tokenizer import PAD_ID, load_tokenizer
 
 FINAL_NAMES = {"average": "averaged.pt", "best_valid": "best.pt"}  # model-only final files
@@ -176,11 +177,18 @@ class _Clock:
 
 @dataclass
 class TrainResult:
-    """Where a run ended."""
+    """Where a run ended.
+
+    Two best validation losses, since the run validates at two kinds of points:
+    ``best_valid_loss`` is the lowest at an epoch's end (what patience compares), and
+    ``best_checkpoint_valid_loss`` the lowest at a scheduled checkpoint, the one ``best.pt``
+    holds (``checkpoint_select`` or ``extra_selections`` best_valid), saved at
+    ``best_checkpoint_update``. The two differ when checkpoints are saved every K updates; the
+    checkpoint's pair is None without a best_valid selection."""
 
     update: int
     epoch: int
-    best_valid_loss: float
+    best_valid_loss: float  # the lowest epoch-end validation loss, not best.pt's
     checkpoint: Path | None
     averaged: Path | None  # the final model file when it is not ``checkpoint`` itself
     stopped: Stop
@@ -189,6 +197,8 @@ class TrainResult:
     final_updates: dict[str, list[int]] = field(default_factory=dict)  # and its updates
     # the update of each selection's single checkpoint (last, best_valid; not an average)
     checkpoint_updates: dict[str, int] = field(default_factory=dict)
+    best_checkpoint_valid_loss: float | None = None  # best.pt's validation loss
+    best_checkpoint_update: int | None = None  # and the update it was saved at
 
     @property
     def averaged_updates(self) -> list[int]:
@@ -257,6 +267,7 @@ class Trainer:
             cfg.data.train, self.tok, cfg.data.max_len, limit, source_eos=eos, mapped=mapped
         )
         self.valid_data = load_corpus(cfg.data.valid, self.tok, source_eos=eos, mapped=mapped)
+        self.parse_source = training_parse(cfg.data.train)  # what raw text must be parsed with
         self.model = Transformer(cfg, self.tok.get_vocab_size()).to(device)
         self.model.state.max_updates = cfg.train.max_updates  # pre-warm-up fractions
         self.requests = self.model.feature_requests()
@@ -324,6 +335,7 @@ class Trainer:
             "rng": ck.rng_state(),
             "config": self.cfg.model_dump(mode="json"),
             "vocab_size": self.tok.get_vocab_size(),
+            PARSE_KEY: self.parse_source,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -593,10 +605,20 @@ class Trainer:
                   "selection": select, "averaged_updates": updates.get(select, []),
                   "checkpoint_updates": single,
                   "finals": {k: str(v) for k, v in finals.items()}})  # fmt: skip
+        best_loss, best_update = self.best_checkpoint()
         return TrainResult(
             self.update, self.epoch, self.best_valid, last, None if chosen == last else chosen,
-            stop, select, finals, updates, single,
+            stop, select, finals, updates, single, best_loss, best_update,
         )  # fmt: skip
+
+    def best_checkpoint(self) -> tuple[float | None, int | None]:
+        """The lowest validation loss among the scheduled checkpoints and its update: the
+        checkpoint ``best.pt`` holds. (None, None) when the run has no best_valid selection
+        or has validated no checkpoint yet (and on ranks other than 0, which do not save)."""
+        loss, update = self.best_select
+        if "best_valid" not in self.cfg.train.selections() or math.isinf(loss):
+            return None, None
+        return loss, update
 
     def _final_model(
         self, kind: str, last: Path | None
@@ -732,6 +754,7 @@ class Trainer:
             "vocab_size": self.tok.get_vocab_size(),
             "selection": kind,
             "updates": updates,
+            PARSE_KEY: self.parse_source,
         }
         target = self.out / FINAL_NAMES[kind]
         ck.atomic_save(state, target)

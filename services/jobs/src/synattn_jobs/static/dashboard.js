@@ -232,19 +232,29 @@ async function showReport(exp) {
   $("report").hidden = false;
   $("report-h").textContent = `Report: ${rep.name}`;
   $("report-note").textContent = `${rep.split} BLEU, seeds ${JSON.stringify(rep.seeds)}; ` +
-    "verdict needs the seed test and the bootstrap to agree. " + (rep.warnings || []).join(" ");
+    "verdict needs the seed test and the bootstrap to agree; an inconclusive row is read from its interval, not as no effect. " + (rep.warnings || []).join(" ");
   const table = $("report-table");
   table.replaceChildren();
-  const cols = ["variant", "succeeded", "bleu_mean", "bleu_std", "vs", "delta", "seed_p", "p_value", "verdict"];
+  const num = (v, digits, sign) => v === null || v === undefined ? "–" : (sign && v >= 0 ? "+" : "") + v.toFixed(digits);
+  const cols = [
+    ["system", (r) => r.variant + (r.is_baseline ? " (baseline)" : "")],
+    ["runs done", (r) => `${r.succeeded}/${r.runs}`],
+    ["BLEU", (r) => num(r.bleu_mean, 2)],
+    ["± std", (r) => num(r.bleu_std, 2)],
+    ["against", (r) => r.vs || "–"],
+    ["Δ BLEU", (r) => num(r.delta, 2, true)],
+    ["95% CI of Δ", (r) => r.ci95 ? `[${num(r.ci95[0], 2, true)}, ${num(r.ci95[1], 2, true)}]` : "–"],
+    ["detectable Δ (80%)", (r) => r.mde === null || r.mde === undefined ? "–" : `≥ ${num(r.mde, 2)}`],
+    ["p (seeds, Holm)", (r) => num(r.seed_p_holm ?? r.seed_p, 3)],
+    ["p (bootstrap, Holm)", (r) => num(r.p_value_holm ?? r.p_value, 3)],
+    ["verdict", (r) => r.verdict || "–"],
+  ];
   const head = table.createTHead().insertRow();
-  for (const c of cols) { const th = document.createElement("th"); th.scope = "col"; th.textContent = c; head.append(th); }
+  for (const [c] of cols) { const th = document.createElement("th"); th.scope = "col"; th.textContent = c; head.append(th); }
   const body = table.createTBody();
   for (const r of rep.rows) {
     const tr = body.insertRow();
-    for (const c of cols) {
-      const v = r[c];
-      tr.insertCell().textContent = v === null || v === undefined ? "–" : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : String(v);
-    }
+    for (const [, cell] of cols) tr.insertCell().textContent = cell(r);
   }
   $("report").scrollIntoView();
 }
