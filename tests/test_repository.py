@@ -242,3 +242,23 @@ def test_kubernetes_manifests_cover_the_services():
             if exe in ("redis-server", "postgres") or "command" not in c:
                 continue
             assert shutil.which(exe) or (REPO / ".venv/bin" / exe).exists(), exe
+
+
+def test_the_readme_sends_the_playground_to_the_parser_default_port():
+    """Every README line that starts ``synattn serve-parser`` and names a URL names the port the
+    server listens on: ``--port`` when given, else the command's default (it said 8000)."""
+    import inspect
+    import re
+
+    from synattn_parser.cli import serve_parser
+
+    default = inspect.signature(serve_parser).parameters["port"].default
+    url = re.compile(r"(?:127\.0\.0\.1|localhost):(\d+)")
+    lines = [line for line in (REPO / "README.md").read_text().splitlines()
+             if "synattn serve-parser" in line and url.search(line)]  # fmt: skip
+    assert any("playground" in line.lower() for line in lines)
+    for line in lines:
+        given = re.search(r"--port (\d+)", line)
+        want = int(given.group(1)) if given else default
+        ports = {int(p) for p in url.findall(line)}
+        assert ports == {want}, line

@@ -141,3 +141,37 @@ def test_playground_shows_the_api_error(playground: str, browser: WebDriver) -> 
     wait_for(browser, "document.getElementById('status').classList.contains('error')")
     text = browser.find_element(By.ID, "status").text
     assert text.startswith("Could not parse: 422") and "limit" in text
+
+
+def test_a_first_visit_parses_the_example_and_long_arcs_scroll_in_their_box(
+    playground: str, browser: WebDriver
+) -> None:
+    """No query string: the example sentence is parsed on load (the page showed an empty
+    form). A 16-word sentence's arcs are wider than the page and scroll inside their own box
+    instead of widening the page. A string of two sentences says so in the status line."""
+    browser.get(playground + "/")
+    wait_for(browser, "document.body.dataset.parsed")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#arcs svg.displacy .displacy-arc")) == 6
+    assert len(cells(browser, "word", "slr_soft")) == 7 * 7  # "Bush held a talk with Sharon."
+    assert "text=Bush" in browser.current_url  # the permalink of what is shown
+
+    long = "The man in the blue coat read the long letter from his sister at home ."
+    assert len(long.split()) == 16
+    browser.get(f"{playground}/?text={quote(long)}&pretok=1")
+    wait_for(browser, "document.body.dataset.parsed")
+    sizes = browser.execute_script("""
+        const box = document.getElementById('arcs');
+        const svg = box.querySelector('svg.displacy');
+        return {view: document.documentElement.clientWidth,
+                page: document.documentElement.scrollWidth,
+                right: box.getBoundingClientRect().right, svg: svg.getBoundingClientRect().width,
+                scroll: box.scrollWidth, client: box.clientWidth};""")  # fmt: skip
+    assert sizes["svg"] > sizes["view"], sizes  # the arcs are wider than the page...
+    assert sizes["page"] <= sizes["view"] and sizes["right"] <= sizes["view"], sizes
+    assert sizes["scroll"] > sizes["client"], sizes  # ...and scroll in their box
+
+    browser.get(f"{playground}/?text={quote('Dr. Smith arrived. Then he left.')}")
+    wait_for(browser, "document.body.dataset.parsed")
+    status = browser.find_element(By.ID, "status").text
+    assert "warning: the text parsed as 2 sentences" in status and "split" in status
+    assert_own_origin(browser, playground)

@@ -117,6 +117,74 @@ def test_given_parses_and_their_errors(client: httpx.Client) -> None:
     assert "unbalanced" in s[2]["error"]
 
 
+def test_a_string_of_several_sentences_is_one_sentence_with_a_warning(
+    client: httpx.Client,
+) -> None:
+    """One string = one sentence (the contract, in the endpoint's description); a parse with
+    several roots says so, and says to split (it came back silently with two roots)."""
+    r = parse(client, sentences=["Dr. Smith arrived. Then he left.", "It rained."])
+    assert r.status_code == 200, r.text
+    two, one = r.json()["sentences"]
+    assert two["words"] == ["Dr.", "Smith", "arrived", ".", "Then", "he", "left", "."]
+    assert two["dep_head"].count(0) == 2 and len(two["syn_dist"]) == 7  # one row, one tree
+    (warning,) = two["warnings"]
+    assert "parsed as 2 sentences" in warning and "one sentence" in warning
+    assert "split" in warning
+    assert "warnings" not in one  # a single root: nothing to say
+    schema = client.get("/openapi.json").json()
+    described = schema["paths"]["/v1/parse"]["post"]["description"]
+    assert "a string is never split" in described and "warnings" in described
+    result = schema["components"]["schemas"]["SentenceResult"]["properties"]
+    assert "several roots" in result["warnings"]["description"]
+
+
+def test_the_two_syn_dists_are_named_and_slr_reads_the_binarised_one(
+    client: httpx.Client,
+) -> None:
+    """For one given tree the row's ``syn_dist`` is [1,2,2] (the n-ary tree: LPEA's and RHE's
+    local phrases) and ``features.syn_dist`` is [1,2,1] (right-binarised: what SLR reads). The
+    schema names both, and the trainer's SLR variant reads the binarised one."""
+    from synattn_shared.features import to_row
+    from synattn_shared.records import SentenceRecord
+    from synattn_shared.requests import build_features
+    from synattn_shared.syntax.slr import slr_log_mask
+    from synattn_trainer.config import ModelConfig
+    from synattn_trainer.variant_options import SlrConfig
+    from synattn_trainer.variants.slr import Slr
+
+    tree = "(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))"
+    feats = ["syn_dist", "slr_bias"]
+    r = parse(client, backend="given", sentences=[tree], features=feats, format="dense")
+    (s,) = r.json()["sentences"]
+    assert s["syn_dist"] == [1, 2, 2]
+    assert s["features"]["syn_dist"] == [1, 2, 1]
+    r = parse(client, backend="given", sentences=[tree], features=feats, format="dense",
+              slr_binarize="none")  # fmt: skip
+    assert r.json()["sentences"][0]["features"]["syn_dist"] == [1, 2, 2]
+
+    schema = client.get("/openapi.json").json()["components"]["schemas"]
+    row_doc = schema["SentenceResult"]["properties"]["syn_dist"]["description"]
+    assert "shard row" in row_doc and "features.syn_dist" in row_doc and "SLR" in row_doc
+    assert "[1, 2, 2]" in row_doc and "[1, 2, 1]" in row_doc
+    assert "SLR" in schema["ParseRequest"]["properties"]["slr_binarize"]["description"]
+    assert "SLR reads" in schema["SentenceResult"]["properties"]["features"]["description"]
+
+    # the trainer: the SLR variant's bias is built from the binarised distances, the API's
+    # features.syn_dist, and equals the API's slr_bias
+    row = to_row(SentenceRecord(sent_id="t", words=("The", "cat", "sat", "."), tree=tree))
+    assert row["syn_dist"] == [1, 2, 2]  # what a shard stores
+    (request,) = Slr(SlrConfig(), ModelConfig(), "enc_self", 0).requests()
+    read = build_features([row], [np.arange(4)], [request])[request][0]
+    tau = SlrConfig().tau
+
+    def bias(d: list[int]) -> np.ndarray:
+        return slr_log_mask(np.asarray(d, np.float32), tau=tau, mode="soft", ties="strict")
+
+    np.testing.assert_allclose(read, bias(s["features"]["syn_dist"]), rtol=1e-6)
+    np.testing.assert_allclose(read, np.asarray(s["features"]["slr_bias"]), rtol=1e-6)
+    assert not np.allclose(read, bias(s["syn_dist"]))
+
+
 def test_unavailable_backend_is_a_clear_422(client: httpx.Client) -> None:
     r = parse(client, sentences=["x"], backend="benepar")
     assert r.status_code == 422

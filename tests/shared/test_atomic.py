@@ -1,10 +1,12 @@
 """The atomic-write helper: old or new content, never a part; no temporary file left behind;
-the folder fsynced after the rename; every writer uses it."""
+the folder fsynced after the rename; files get the umask's mode; every writer uses it."""
 
 from __future__ import annotations
 
 import os
 import re
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,46 @@ def test_a_directory_is_published_whole_or_not_at_all(tmp_path: Path) -> None:
         pass
     assert sorted(p.name for p in target.iterdir()) == ["b"]
     assert [p.name for p in tmp_path.iterdir()] == ["cache"]  # no temporary left
+
+
+@pytest.fixture(params=[0o022, 0o077], ids=["umask022", "umask077"])
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    """The process umask set to the parameter for one test (restored after it)."""
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_shards_get_the_umask_mode_like_any_tool_writes(tmp_path: Path, umask: int) -> None:
+    """A container running as another user reads the parser's shards: 0644 under umask 022,
+    0600 under 077 (``mkstemp`` made 0600 whatever the umask)."""
+    from synattn_shared.features import to_row
+    from synattn_shared.records import SentenceRecord
+    from synattn_shared.shards import write_shard_file
+
+    row = to_row(SentenceRecord(sent_id="s0", words=("It", "rained"), dep_head=(2, 0)))
+    write_shard_file(tmp_path / "data", 0, 4, [row])
+    part, side = tmp_path / "data" / "part-00000.parquet", tmp_path / "data" / "part-00000.json"
+    assert mode(part) == mode(side) == 0o666 & ~umask
+    assert mode(part) == {0o022: 0o644, 0o077: 0o600}[umask]
+    assert sorted(p.name for p in part.parent.iterdir()) == sorted([part.name, side.name])
+
+
+def test_every_helper_follows_the_umask(tmp_path: Path, umask: int) -> None:
+    from synattn_shared.atomic import atomic_dir, atomic_write_with
+
+    atomic_write_text(tmp_path / "a.txt", "x")
+    atomic_write_text(tmp_path / "a.txt", "y")  # replacing keeps the umask's mode too
+    atomic_write_with(tmp_path / "b.bin", lambda tmp: tmp.write_bytes(b"z"))
+    with atomic_dir(tmp_path / "d") as d:
+        atomic_write_text(d / "inside.txt", "1")
+    assert mode(tmp_path / "a.txt") == mode(tmp_path / "b.bin") == 0o666 & ~umask
+    assert mode(tmp_path / "d") == 0o777 & ~umask
+    assert mode(tmp_path / "d" / "inside.txt") == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.bin", "d"]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from synattn_trainer.plots import variant_history
 from synattn_trainer.train import Trainer
@@ -113,3 +116,37 @@ def test_attention_export_holds_every_module_as_applied(
     bad = synattn("attention", "--checkpoint", str(tmp_path / "nope.pt"), "--data",
                   str(m30k["valid"]), "--out", str(tmp_path / "x.npz"))  # fmt: skip
     assert bad.returncode == 2 and "no such checkpoint" in bad.stderr
+
+
+def test_the_gate_figure_title_is_inside_the_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dev-set gate title is long; over a few heads it was cut off at both edges of
+    report.html's figure. It is wrapped to the figure's width and the whole of it is drawn."""
+    import json
+
+    import matplotlib.pyplot as plt
+
+    from synattn_trainer import plots
+
+    for heads in (1, 4, 8, 16):
+        metrics = tmp_path / f"metrics-{heads}.jsonl"
+        rec: dict[str, float | str] = {"event": "gates_dev", "update": 1200}
+        for h in range(heads):
+            rec |= {f"enc_self.1.gate.h{h}": 0.1, f"enc_self.1.gate_std.h{h}": 0.01}
+        metrics.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+        figures: list[Any] = []
+        monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to measure it
+        out = plots.gate_heatmap(metrics, tmp_path / f"gates-{heads}.png")
+        monkeypatch.undo()
+        (fig,) = figures
+        title = fig._suptitle
+        assert title.get_text().replace("\n", " ") == (
+            "gate per layer and head, dev set, eval mode (update 1200); mean ± std"
+        )
+        box, page = title.get_window_extent(fig.canvas.get_renderer()), fig.bbox
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and box.y1 <= page.y1, heads
+        for ax in fig.axes:  # the title is above the heatmap and its colour bar
+            assert box.y0 >= ax.get_window_extent().y1, heads
+        assert out.read_bytes().startswith(PNG)
+        plt.close(fig)

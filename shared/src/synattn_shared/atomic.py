@@ -2,13 +2,18 @@
 
 The one helper every writer uses: write to a temporary file in the same folder, fsync it,
 rename it over the target, then fsync the folder so the rename itself is durable.
+
+The temporary file is created with mode 0666 and the temporary folder with 0777, each less
+the process umask, as ``open()`` and ``mkdir`` create them (``mkstemp`` and ``mkdtemp`` make
+0600 and 0700, and a rename keeps the mode): a container that runs as another user can read
+a parser's shards and tokenizers as it reads any other tool's files.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,21 +34,42 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def _create_beside(target: Path, create: Callable[[Path], object]) -> Path:
+    """A new hidden ``.NAME.XXXXXXXX.tmp`` beside ``target``, made by ``create`` (which must
+    fail with ``FileExistsError`` when the name is taken, as ``O_EXCL`` and ``mkdir`` do)."""
+    for _ in range(100):
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            create(tmp)
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"no free temporary name beside {target}")
+
+
+def _new_file(path: Path) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    os.close(os.open(path, flags, 0o666))  # the umask applies, as for open(path, "w")
+
+
+def _new_dir(path: Path) -> None:
+    path.mkdir(0o777)  # the umask applies, as for mkdir
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary path beside ``path`` for a writer that wants a file name (pyarrow, torch);
     on a clean exit it is fsynced and renamed onto ``path``, on an error it is removed."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
+    tmp = _create_beside(target, _new_file)
     try:
-        yield Path(tmp)
+        yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     fsync_dir(target.parent)
 
@@ -55,7 +81,7 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     caller makes the files inside durable (``atomic_path`` does for its files)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp = _create_beside(target, _new_dir)
     try:
         yield tmp
         if target.exists():

@@ -24,6 +24,8 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from synattn_shared.errors import validation_reason
+
 MAX_JSON_DEPTH = 64
 MAX_ERRORS_SHOWN = 20
 
@@ -170,14 +172,14 @@ async def validation_error(_: Request, exc: Exception) -> JSONResponse:
     raw = exc.errors()
     items = []
     for e in raw[:MAX_ERRORS_SHOWN]:
-        msg = safe_text(e.get("msg", "invalid"))
+        msg = safe_text(validation_reason(str(e.get("msg", "invalid"))))
         ctx = e.get("ctx") or {}
         if e.get("type") == "json_invalid" and "error" in ctx:
             msg = f"invalid JSON: {safe_text(ctx['error'])}"
         items.append({"loc": _loc(e.get("loc", ())), "msg": msg, "type": safe_text(e.get("type"))})
     if items:
         first = items[0]
-        where = ".".join(str(x) for x in first["loc"])
+        where = ".".join(str(x) for x in first["loc"] if str(x) != "")
         detail = f"{where}: {first['msg']}" if where else str(first["msg"])
     else:
         detail = "invalid request"

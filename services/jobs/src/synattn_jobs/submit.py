@@ -23,6 +23,7 @@ from synattn_jobs.specs import (
     inside_root,
 )
 from synattn_jobs.store import Experiment, Job, JobStore, new_id
+from synattn_shared.errors import validation_line
 from synattn_shared.paths import UnsafePath, check_path_text, slug
 
 
@@ -171,10 +172,7 @@ def load_experiment_file(path: Path) -> ExperimentSpec:
     try:
         return ExperimentSpec.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise BadJobSpec(
-            f"{path}: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
-        ) from None
+        raise BadJobSpec(f"{path}: {validation_line(exc.errors()[0])}") from None
 
 
 def submit_experiment(

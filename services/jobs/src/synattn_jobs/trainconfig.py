@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from synattn_jobs.errors import BadJobSpec
 from synattn_jobs.settings import JobSettings
+from synattn_shared.errors import validation_line
 
 if TYPE_CHECKING:
     from synattn_trainer.config import TrainConfig
@@ -30,9 +31,7 @@ def validate_train_config(
     try:
         cfg = load_config(config, overrides)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise BadJobSpec(f"config {config.name}: {loc}: {first['msg']}") from None
+        raise BadJobSpec(f"config {config.name}: {validation_line(exc.errors()[0])}") from None
     except (OSError, ValueError, TypeError, RecursionError) as exc:
         raise BadJobSpec(f"config {config.name}: {exc}") from None
     private = (settings.home,)

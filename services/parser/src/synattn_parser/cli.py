@@ -10,7 +10,7 @@ import typer
 from synattn_parser.backends import BACKEND_NAMES, BackendUnavailable
 from synattn_parser.settings import ParserSettings
 from synattn_shared.cli import console, err, fail
-from synattn_shared.errors import SyntaxInputError
+from synattn_shared.errors import SyntaxInputError, one_line
 from synattn_shared.manifest import ShardInfo
 
 
@@ -51,7 +51,7 @@ def parse(
     try:
         settings = ParserSettings(**overrides)  # type: ignore[arg-type]
     except ValueError as exc:
-        raise fail(str(exc).splitlines()[0]) from None
+        raise fail(one_line(exc)) from None
     counts = {"written": 0, "kept": 0}
     bar = tqdm(total=None, unit="sent", desc=f"parse {src.name}", disable=None)
 

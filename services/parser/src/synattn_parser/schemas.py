@@ -38,7 +38,9 @@ class ParseRequest(BaseModel):
 
     sentences: list[Sentence] = Field(
         min_length=1,
-        description="raw text (a string) or pretokenised words (a list, never re-tokenised)",
+        description="one item per sentence: raw text (a string, never split into sentences: "
+        "a result whose parse has several roots carries a warning) or pretokenised words (a "
+        "list, never re-tokenised)",
     )
     ids: list[Annotated[str, Field(max_length=200)]] | None = Field(
         None, description="one sent_id per sentence (default: its 0-based index)"
@@ -49,7 +51,12 @@ class ParseRequest(BaseModel):
     )
     tau: float = Field(SLR_TAU, gt=0, le=1e6, description="soft SLR temperature")
     rp_clip: int = Field(RP_CLIP, ge=0, le=62, description="RP clip distance k (int8 indices)")
-    slr_binarize: Literal["right", "none"] = "right"
+    slr_binarize: Literal["right", "none"] = Field(
+        "right",
+        description="the tree the SLR features (and the ``syn_dist`` feature) are computed on: "
+        "right: the n-ary tree right-binarised, as the trainer's SLR variant reads it (Hou et "
+        "al.'s code); none: the n-ary tree, as the row's ``syn_dist``",
+    )
     scheme: Scheme | None = Field(
         None,
         description="how constituency trees are derived from dependencies when the backend "
@@ -85,7 +92,14 @@ class SentenceResult(BaseModel):
     upos: list[str] | None = None
     xpos: list[str] | None = None
     tree: str | None = None
-    syn_dist: list[int] | None = Field(None, description="flat syntactic distances, n-1 values")
+    syn_dist: list[int] | None = Field(
+        None,
+        description="the shard row's flat syntactic distances (n-1 values) of the n-ary tree, "
+        "as ``synattn parse`` stores them; LPEA's and RHE's local phrases read these. SLR "
+        "reads the right-binarised ones, returned as ``features.syn_dist`` (``slr_binarize``): "
+        "for (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)) this is [1, 2, 2] and "
+        "features.syn_dist is [1, 2, 1]",
+    )
     const_layer: list[int] | None = None
     has_syntax: bool | None = None
     subwords: list[str] | None = Field(None, description="pieces of the named vocabulary")
@@ -93,9 +107,15 @@ class SentenceResult(BaseModel):
     features: dict[str, Any] | None = Field(
         None,
         description="requested features (at subword level with a tokenizer); non-finite "
-        "values (-inf biases) are null",
+        "values (-inf biases) are null. The ``syn_dist`` feature is the distances SLR reads "
+        "(right-binarised by default, see ``slr_binarize``), not the row's ``syn_dist``",
     )
     dep_svg: str | None = Field(None, description="the dependency parse as SVG (render)")
+    warnings: list[str] | None = Field(
+        None,
+        description="what the caller should know about this result, e.g. that the string "
+        "parsed as several sentences (several roots) and was still treated as one",
+    )
 
 
 class ParseResponse(BaseModel):

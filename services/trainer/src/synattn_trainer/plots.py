@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ import numpy as np
 
 from synattn_shared.atomic import atomic_write_with
 
+TITLE_POINTS = 11
+TITLE_CHARS_PER_INCH = 9  # at TITLE_POINTS, with room for wide letters
+TITLE_LINE_INCHES = 0.22  # each wrapped title line adds this much height
 STAT = re.compile(r"^(enc_self|dec_self|enc_dec)\.(\d+)\.(\w+)\.h(\d+)$")
 
 
@@ -59,8 +63,16 @@ def heatmap_png(
     cols: list[str] | None = None,
     spread: np.ndarray | None = None,
 ) -> Path:
-    """A labelled heatmap with values in the cells (``± spread`` beside each, when given)."""
-    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * grid.shape[1], 1.0 + 0.5 * grid.shape[0]))
+    """A labelled heatmap with values in the cells (``± spread`` beside each, when given).
+
+    The title is the figure's, wrapped to its width (a long one over a few heads was cut off
+    at both edges: matplotlib does not wrap, and ``tight_layout`` makes room above, not
+    beside)."""
+    width = max(3.2, 1.0 + 0.6 * grid.shape[1])
+    lines = textwrap.wrap(title, width=int(width * TITLE_CHARS_PER_INCH)) or [title]
+    fig, ax = plt.subplots(
+        figsize=(width, 1.0 + 0.5 * grid.shape[0] + TITLE_LINE_INCHES * (len(lines) - 1))
+    )
     im = ax.imshow(
         grid, cmap="viridis", vmin=0.0, vmax=max(1.0, float(np.nanmax(grid))), aspect="auto"
     )
@@ -82,11 +94,13 @@ def heatmap_png(
                     fontsize=7,
                     color="w" if v < 0.6 else "k",
                 )
-    ax.set_title(title)
+    fig.suptitle("\n".join(lines), x=0.02, ha="left", fontsize=TITLE_POINTS)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_with(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    atomic_write_with(
+        out, lambda tmp: fig.savefig(tmp, dpi=120, format="png", bbox_inches="tight")
+    )
     plt.close(fig)
     return out
 

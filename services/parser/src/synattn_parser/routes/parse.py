@@ -59,6 +59,20 @@ def dependency_svg(row: dict[str, Any]) -> str | None:
     return svg
 
 
+def several_roots(row: dict[str, Any]) -> str | None:
+    """The warning for a parse with several roots: the string held more than one sentence,
+    and it is still one sentence here (one string = one sentence = one tree is the API's
+    contract), so its tree joins several sentences' trees under one top node."""
+    heads = row.get("dep_head")
+    roots = 0 if heads is None else sum(1 for h in heads if h == 0)
+    if roots < 2:
+        return None
+    return (
+        f"the text parsed as {roots} sentences ({roots} roots); each string is treated as one "
+        "sentence, so its tree joins theirs: split the text and send one string per sentence"
+    )
+
+
 def check_request(req: ParseRequest, cfg: ParserSettings) -> None:
     """The request-size limits (413 for too many sentences, 422 for one too long)."""
     n = len(req.sentences)
@@ -95,6 +109,8 @@ def _result(
     for key in RECORD_FIELDS:
         if row.get(key) is not None:
             out[key] = row[key]
+    if (warning := several_roots(row)) is not None:
+        out["warnings"] = [warning]
     if split is not None:
         out["subwords"], out["subword_to_word"] = split
     if "dep_svg" in req.render and (svg := dependency_svg(row)) is not None:
@@ -119,6 +135,15 @@ def _result(
     response_model=ParseResponse,
     response_model_exclude_none=True,
     summary="Parse sentences and compute their syntax features",
+    description=(
+        "Each item of ``sentences`` is one sentence: a string is never split, even when it "
+        'holds several sentences ("Dr. Smith arrived. Then he left." is one sentence with one '
+        "tree). A sentence whose parse has several roots says so in its ``warnings``: split "
+        "such a text into one string per sentence before sending it.\n\n"
+        "Two syntactic distances: ``syn_dist`` is the shard row's, of the n-ary tree (what "
+        "LPEA's and RHE's local phrases read); the ``syn_dist`` feature is what SLR reads, "
+        "the tree right-binarised first unless ``slr_binarize`` is ``none``."
+    ),
     responses=problems(408, 413, 422, 503),
 )
 async def parse(req: ParseRequest, cfg: Settings, pool: Pool) -> Response:

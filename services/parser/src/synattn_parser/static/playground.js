@@ -207,6 +207,7 @@ async function run() {
       $("heatmaps-subword").replaceChildren();
     }
     status.textContent = `${sentence.words.length} words · ${parser.backend} ${parser.model || ""} · constituency: ${src}`;
+    for (const w of sentence.warnings || []) status.textContent += ` · warning: ${w}`;
     document.body.dataset.parsed = String(Date.now());
   } catch (err) {
     status.className = "status error";
@@ -241,7 +242,7 @@ async function init() {
     pre.hidden = false;
   });
   document.body.dataset.ready = "1";
-  if (q.has("text")) run();
+  run(); // the permalink's sentence, or the example: a first visit shows a parse, not a form
 }
 
 init();
