@@ -1,6 +1,7 @@
-"""CLI of the job queue: tokens, submit, jobs, cancel, watch, experiment run, report, worker and
-the job API server. Commands talk to the job store and the broker named by ``SYNATTN_*``
-settings (embedded SQLite under ``SYNATTN_HOME`` by default). Bad input: exit 2, one line.
+"""CLI of the job queue: tokens, submit, jobs, cancel, watch, experiment run, report, worker,
+the job API server, and the presets a config or a grid may name. Commands talk to the job
+store and the broker named by ``SYNATTN_*`` settings (embedded SQLite under ``SYNATTN_HOME`` by
+default). Bad input: exit 2, one line.
 """
 
 from __future__ import annotations
@@ -390,6 +391,33 @@ def supervise(proc: subprocess.Popen[bytes]) -> int:
     return 0 if forwarded and code in (0, -signal.SIGTERM) else code
 
 
+def presets_list(ctx: typer.Context) -> None:
+    """Every preset: its paper and what it sets. `synattn presets show NAME` prints one; a
+    config uses one with `preset: NAME` (or `--set preset=NAME`, or a grid's variants)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from synattn_trainer.presets import VARIANTS, paper_of, summary
+
+    rows = [(n, paper_of(n).label(), summary(n)) for n in VARIANTS]
+    width = [max(len(r[i]) for r in rows) for i in (0, 1)]
+    print(f"{'preset':<{width[0]}}  {'paper':<{width[1]}}  sets")
+    for name, paper, sets in rows:
+        print(f"{name:<{width[0]}}  {paper:<{width[1]}}  {sets}")
+
+
+def presets_show(name: Annotated[str, typer.Argument(help="a preset (synattn presets)")]) -> None:
+    """Print a preset's settings: the YAML block that `preset: NAME` stands for in a config."""
+    from synattn_trainer.presets import VARIANTS, paper_of, summary, unknown_preset
+
+    if name not in VARIANTS:
+        raise fail(unknown_preset(name))
+    paper = paper_of(name)
+    print(f"# {name}: {summary(name)}")
+    print(f"# {paper.cite}, {paper.title}")
+    print(f"# in a config: `preset: {name}`, or this block")
+    print(yaml.safe_dump(VARIANTS[name], sort_keys=False, default_flow_style=None), end="")
+
+
 def serve_jobs(host: str | None = None, port: int | None = None) -> None:
     """Serve the job API (uvicorn, with header and body time limits)."""
     from synattn_shared.serve import serve
@@ -424,3 +452,9 @@ def register(app: typer.Typer) -> None:
     app.command("report")(report)
     app.command("worker")(worker)
     app.command("serve-jobs")(serve_jobs)
+    presets = typer.Typer(
+        help="Presets: each paper's settings by name.", invoke_without_command=True
+    )
+    presets.callback()(presets_list)
+    presets.command("show")(presets_show)
+    app.add_typer(presets, name="presets")

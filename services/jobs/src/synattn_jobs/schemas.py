@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -16,12 +16,36 @@ class Request(BaseModel):
 
 
 class TrainRequest(Request):
-    """One training job: a config under the data root, overrides, what to evaluate."""
+    """One training job: a config under the data root, overrides, what to evaluate, and maybe
+    a preset (``synattn presets``) to lay on the config."""
 
     name: Slug | None = Field(None, description="run name (default: the config's file name)")
     out: PathText | None = Field(None, description="run folder inside the runs folder")
     spec: TrainJobSpec
     priority: int = Field(0, ge=-1000, le=1000, description="orders your own queued jobs")
+    preset: Slug | None = Field(
+        None,
+        description="a preset by name (synattn presets): the config with that paper's settings, "
+        "as `preset: NAME` in the config gives them; the same as spec.overrides.preset, where "
+        "the stored job keeps it",
+    )
+
+    @model_validator(mode="after")
+    def _one_preset(self) -> TrainRequest:
+        given = self.spec.overrides.get("preset")
+        if self.preset is not None and given is not None and given != self.preset:
+            raise ValueError(
+                f"preset {self.preset!r} and spec.overrides.preset {given!r}: give one"
+            )
+        return self
+
+    def train_spec(self) -> TrainJobSpec:
+        """The spec to submit: ``preset`` moved into its overrides, where ``--set preset=`` and
+        a grid put it and the configuration's own check expands it."""
+        if self.preset is None:
+            return self.spec
+        overrides = {"preset": self.preset, **self.spec.overrides}
+        return self.spec.model_copy(update={"overrides": overrides})
 
 
 class ParseRequest(Request):
@@ -177,3 +201,43 @@ class QuotaView(BaseModel):
     user: str
     queued: int | None
     running: int | None
+
+
+TRANSLATE_MAX_SENTENCES = 64  # sentences one translate request may hold
+TRANSLATE_MAX_CHARS = 1000  # characters per sentence (the explorer's free-text bound)
+
+
+class TranslateRequest(Request):
+    """Raw sentences for a finished training job's model, parsed as its training data was."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        json_schema_extra={
+            "examples": [
+                {"sentences": ["Two dogs run across the green field .", "A man reads ."]},
+                {"sentences": ["A girl in a red coat ."], "beam": 1},
+            ]
+        },
+    )
+
+    sentences: list[Annotated[str, Field(min_length=1, max_length=TRANSLATE_MAX_CHARS)]] = Field(
+        min_length=1,
+        max_length=TRANSLATE_MAX_SENTENCES,
+        description="raw source sentences, one string each, tokenised and parsed by the parser "
+        "the run's training data was parsed with",
+    )
+    beam: int | None = Field(None, ge=1, le=16, description="default: the run's decode.beam")
+    lenpen: float | None = Field(None, ge=0, le=10, description="default: the run's decode.lenpen")
+
+
+class TranslateView(BaseModel):
+    """The translations, in order, and the parse the sentences went through."""
+
+    job: str
+    translations: list[str]
+    parse: dict[str, Any] = Field(
+        description="the recorded parse: parser (backend, model, version, constituency), "
+        "feature options, pretokenized"
+    )
+    model_cached: bool = Field(description="the model was already loaded in this process")

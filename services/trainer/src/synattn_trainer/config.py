@@ -210,7 +210,12 @@ class HeadMaskConfig(Strict):
 
 
 class TrainConfig(Strict):
-    """Everything one training run is defined by."""
+    """Everything one training run is defined by.
+
+    ``preset: NAME`` (``synattn presets``) stands for that preset's settings: it is expanded
+    before validation, composing with the config's own settings by the rules of
+    ``synattn_trainer.presets.with_preset``, and the configuration keeps no ``preset`` field (its
+    resolved form, what a job stores and a run saves, spells the settings out)."""
 
     name: str = "run"
     data: DataConfig
@@ -220,6 +225,24 @@ class TrainConfig(Strict):
     train: TrainLoopConfig = Field(default_factory=TrainLoopConfig)
     decode: DecodeConfig = Field(default_factory=DecodeConfig)
     headmask: HeadMaskConfig = Field(default_factory=HeadMaskConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_preset(cls, data: Any) -> Any:
+        """A mapping's ``preset`` key replaced by the preset's settings; a preset that cannot
+        apply is an error at the key at fault (``preset``, ``data.source_eos``, ...)."""
+        if not isinstance(data, dict) or "preset" not in data:
+            return data
+        from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+        from synattn_trainer.presets import PresetError, with_preset
+
+        try:
+            return with_preset(data)
+        except PresetError as exc:
+            error = PydanticCustomError("preset", "{reason}", {"reason": exc.reason})
+            detail = InitErrorDetails(type=error, loc=exc.loc, input=data.get("preset"))
+            raise ValidationError.from_exception_data(cls.__name__, [detail]) from None
 
     @model_validator(mode="after")
     def _variants_fit(self) -> TrainConfig:

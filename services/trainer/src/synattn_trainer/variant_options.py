@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from synattn_shared.defaults import LP_OUTSIDE, RP_CLIP, SLA_M, SLR_TAU
+from synattn_shared.errors import validation_line
 from synattn_shared.syntax.phrase import LpOutside
 from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
 
@@ -253,7 +254,7 @@ def variant_options(
             message names the variant and the attention type).
     """
     if spec.name not in OPTIONS:
-        raise ValueError(f"unknown attention variant {spec.name!r}; known: {', '.join(OPTIONS)}")
+        raise ValueError(unknown_variant(spec.name))
     try:
         config = OPTIONS[spec.name].model_validate(spec.options)
         config.check_placement(model, kind)
@@ -262,6 +263,19 @@ def variant_options(
             f"variant {spec.name!r} on {where or kind}: {_first_error(exc)}"
         ) from None
     return config
+
+
+def unknown_variant(name: str) -> str:
+    """Why ``name`` is no variant, pointing a preset's name to the ``preset`` key. A variant
+    slot takes no preset: a preset may set several attention types and other sections
+    (``disagreement+routing``, ``8L``), and eight share a variant's name, most with another
+    placement (preset ``dea`` is DEA on layer 0, variant ``dea`` on every layer)."""
+    from synattn_trainer.presets import VARIANTS
+
+    why = f"unknown attention variant {name!r}; known: {', '.join(OPTIONS)}"
+    if name in VARIANTS:
+        why += f"; {name!r} is a preset: write `preset: {name}` at the top of the config"
+    return why
 
 
 def check_composition(
@@ -284,6 +298,5 @@ def _first_error(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
         first: dict[str, Any] = errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        return f"{loc}: {first['msg']}" if loc else str(first["msg"])
+        return validation_line(first)
     return str(exc)

@@ -19,9 +19,10 @@ AUTH = (401, 403, 408, 413, 422)
 
 @router.post("/train", status_code=201, response_model=JobView, responses=problems(*AUTH, 429))
 def post_train(req: TrainRequest, who: Caller, store: Store, settings: Settings) -> Any:
-    """Queue a training job; its whole configuration is checked and stored now. A 429 (with
-    Retry-After) when your queued jobs are at your quota."""
-    job = submit_train(store, settings, req.spec, req.name, req.out, who.name, req.priority)
+    """Queue a training job; its whole configuration is checked and stored now (a ``preset``
+    expanded into it). A 429 (with Retry-After) when your queued jobs are at your quota."""
+    spec = req.train_spec()
+    job = submit_train(store, settings, spec, req.name, req.out, who.name, req.priority)
     return job_view(job)
 
 
