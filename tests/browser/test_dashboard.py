@@ -1,5 +1,6 @@
 """The experiment dashboard in a real browser against a real job API and a real worker on the
-embedded queue: sign in, live progress, cancel, a finished experiment's report, a bad token."""
+embedded queue: sign in, live progress, cancel, a finished experiment's report (the table, and
+the full HTML report in a new tab), a finished job's line, a bad token."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import httpx
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser.conftest import (
     SIZE,
@@ -105,6 +107,44 @@ def test_dashboard_follows_cancels_and_reports(embedded: Env, browser: WebDriver
         report = browser.find_element(By.ID, "report-table").text
         assert "vanilla" in report and "Only 1 seed" in browser.find_element(
             By.ID, "report-note").text  # fmt: skip
+        heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#report-table th")]
+        assert {"BLEU", "Δ BLEU", "95% CI of Δ", "verdict"} <= set(heads), heads
+        assert not any("_" in h for h in heads), heads  # no bleu_mean, seed_p, p_value
+        # a finished job says so (not its last phase), and each final model's BLEU once
+        run = next(j for j in httpx.get(f"{base}/v1/experiments/{exp}", headers=h(token))
+                   .json()["jobs"])  # fmt: skip
+        text = progress_of(browser, run["id"])
+        assert text.startswith("finished · ") and "translate" not in text, text
+        bleus = [part for part in text.split(" · ") if part.startswith("BLEU ")]
+        selections = run["result"]["by_selection"]
+        assert len(bleus) == len({round(s["bleu"], 2) for s in selections.values()}), text
+        assert bleus[0].startswith(f"BLEU {run['result']['bleu']:.2f} ("), text
+        assert sorted(sel for part in bleus for sel in part.split("(")[1].rstrip(")")
+                      .split(", ")) == sorted(selections), text  # fmt: skip
+        # three final models, two of them the same model by score: each BLEU once, labelled
+        line = browser.execute_script("""return progressText({id: 'x', state: 'succeeded',
+            progress: {phase: 'translate valid (average)', bleu: 1.27},
+            result: {bleu: 1.27, selection: 'average', by_selection: {last: {bleu: 1.27},
+                     best_valid: {bleu: 1.1}, average: {bleu: 1.27}}}});""")  # fmt: skip
+        assert line == "finished · BLEU 1.27 (average, last) · BLEU 1.10 (best_valid)", line
+        # the full report in a new tab: fetched with the token, shown from a blob URL
+        dashboard = browser.current_window_handle
+        click(browser, f"#exp-{exp} a.report-html-link")
+        tabs = WebDriverWait(browser, 120).until(
+            lambda d: [w for w in d.window_handles if w != dashboard] or False
+        )
+        browser.switch_to.window(tabs[0])
+        wait_for(browser, "location.protocol === 'blob:' && "
+                 "document.getElementById('comparison')", timeout=120)  # fmt: skip
+        full = browser.find_element(By.ID, "comparison").text
+        assert "vanilla (baseline)" in full and "Δ BLEU" in full and "bleu_mean" not in full
+        imgs = browser.find_elements(By.TAG_NAME, "img")
+        assert imgs and all(
+            browser.execute_script("return arguments[0].naturalWidth;", i) > 0 for i in imgs
+        )  # the embedded figures decode
+        assert token not in browser.page_source
+        browser.close()
+        browser.switch_to.window(dashboard)
         assert_own_origin(browser, base)
         assert_accessible_basics(browser)
         from PIL import Image

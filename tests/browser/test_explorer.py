@@ -29,8 +29,8 @@ SYNTAX = {"enc_self": [{"name": "fixed", "layers": [0], "options": {"fixed": 3}}
                        {"name": "slr", "layers": [1], "options": {"mode": "gated"}}]}  # fmt: skip
 
 
-def _train(base: str, token: str, overrides: dict) -> str:  # type: ignore[type-arg]
-    r = httpx.post(f"{base}/v1/jobs/train", headers=h(token), json={"spec": {
+def _train(base: str, token: str, name: str, overrides: dict) -> str:  # type: ignore[type-arg]
+    r = httpx.post(f"{base}/v1/jobs/train", headers=h(token), json={"name": name, "spec": {
         "config": "configs/tiny.yaml", "overrides": overrides,
         "evaluate": {"split": "valid"}}})  # fmt: skip
     assert r.status_code == 201, r.text
@@ -50,8 +50,8 @@ def test_explorer_grid_detail_compare_and_permalinks(
     embedded: Env, browser: WebDriver, tmp_path: Path
 ) -> None:
     with serving(embedded) as (base, token, env):
-        syntax = _train(base, token, {"attention": SYNTAX})
-        plain = _train(base, token, {})
+        syntax = _train(base, token, "syntax-run", {"attention": SYNTAX})
+        plain = _train(base, token, "plain-run", {})
         env.worker("train")
         for job in (syntax, plain):
             env.wait(job, {"succeeded"}, timeout=300)
@@ -110,6 +110,17 @@ def test_explorer_grid_detail_compare_and_permalinks(
         np.testing.assert_allclose(_cells(browser, "#ex-map-b rect.cell"), b.ravel(), atol=1e-12)
         np.testing.assert_allclose(_cells(browser, "#ex-map-diff rect.cell"), (a - b).ravel(),
                                    atol=1e-9)  # fmt: skip
+        # the runs are named by their jobs' names, not their ids
+        captions = [
+            c.text for c in browser.find_elements(By.CSS_SELECTOR, "#ex-detail figcaption")
+        ]
+        assert captions[0].startswith("syntax-run · enc_self.1 head 2"), captions
+        assert captions[1].startswith("plain-run · "), captions
+        assert captions[2].startswith("difference (syntax-run − plain-run;"), captions
+        assert not any(syntax in c or plain in c for c in captions), captions
+        assert Select(browser.find_element(By.ID, "ex-compare")).first_selected_option.text == (
+            "plain-run"
+        )
         browser.execute_script("document.getElementById('explorer-note').scrollIntoView();")
         shot = screenshot(browser, tmp_path / "attention.png")
         if os.environ.get("SYNATTN_UPDATE_SCREENSHOTS"):

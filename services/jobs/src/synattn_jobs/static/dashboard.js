@@ -57,16 +57,39 @@ function signOut() {
   location.reload();
 }
 
+// a finished run's BLEU once per final model it scored ("BLEU 27.1 (average) · BLEU 26.8
+// (last)"), the primary selection first, selections that scored the same shown together;
+// the progress event's BLEU only while the result has not arrived
+function bleuText(job) {
+  const res = job.result || {}, p = job.progress || {};
+  const bySel = res.by_selection || {};
+  const order = Object.keys(bySel).sort((a, b) => (b === res.selection) - (a === res.selection));
+  const groups = new Map(); // BLEU -> the selections that scored it
+  for (const sel of order) {
+    if (bySel[sel].bleu === undefined || bySel[sel].bleu === null) continue;
+    const key = Number(bySel[sel].bleu).toFixed(2);
+    groups.set(key, [...(groups.get(key) || []), sel]);
+  }
+  if (!groups.size && res.bleu !== undefined && res.bleu !== null) {
+    groups.set(Number(res.bleu).toFixed(2), res.selection ? [res.selection] : []);
+  }
+  if (!groups.size && p.bleu !== undefined && p.bleu !== null) groups.set(Number(p.bleu).toFixed(2), []);
+  return [...groups].map(([bleu, sels]) => `BLEU ${bleu}${sels.length ? ` (${sels.join(", ")})` : ""}`);
+}
+
 function progressText(job) {
   const p = job.progress || {};
   const parts = [];
+  const done = TERMINAL.has(job.state);
   if (job.state === "queued" && positions.has(job.id)) parts.push(`position ${positions.get(job.id)} in the ${job.kind} queue`);
-  if (p.phase) parts.push(p.phase);
+  // a finished job says so, not the last phase it went through ("translate valid (average)")
+  const word = job.state === "succeeded" ? "finished" : job.state;
+  if (done && !(job.error || "").startsWith(word)) parts.push(word); // "cancelled at update 40"
+  else if (!done && p.phase) parts.push(p.phase);
   if (p.update !== undefined) parts.push(`update ${p.update}${p.max_updates ? ` / ${p.max_updates}` : ""}`);
   if (p.loss !== undefined && p.loss !== null) parts.push(`loss ${Number(p.loss).toFixed(3)}`);
-  if (p.tokens_per_s) parts.push(`${Math.round(p.tokens_per_s)} tok/s`);
-  if (p.bleu !== undefined) parts.push(`BLEU ${p.bleu}`);
-  if (job.result && job.result.bleu !== undefined) parts.push(`BLEU ${job.result.bleu}`);
+  if (p.tokens_per_s && !done) parts.push(`${Math.round(p.tokens_per_s)} tok/s`);
+  parts.push(...bleuText(job));
   if (p.rows !== undefined) parts.push(`${p.rows} rows`);
   if (job.error) parts.push(job.error.split("\n").slice(-1)[0]);
   return parts.join(" · ") || "–";
@@ -227,6 +250,31 @@ async function download(job, name) {
   setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 }
 
+// the full HTML report (figures embedded) in a new tab: fetched with the bearer header, which
+// a plain link cannot send, and shown from a blob URL. The tab is opened on the click itself,
+// before the report is rendered, so that no popup blocker takes it for an unasked window.
+async function openFullReport(exp) {
+  const tab = window.open("", "_blank");
+  if (tab) tab.document.title = `report ${exp.name}: rendering…`;
+  try {
+    const resp = await api(`/v1/experiments/${exp.id}/report?format=html`, { headers: { Accept: "text/html" } });
+    const url = URL.createObjectURL(new Blob([await resp.blob()], { type: "text/html" }));
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    if (tab && !tab.closed) {
+      tab.opener = null; // the report needs nothing of this page
+      tab.location.replace(url);
+    } else { // no tab (a blocker): save it instead
+      const a = document.createElement("a");
+      a.href = url;
+      a.download = `report-${exp.name}.html`;
+      a.click();
+    }
+  } catch (err) {
+    if (tab) tab.close();
+    showError(`No full report for ${exp.name}: ${err.message}`);
+  }
+}
+
 async function showReport(exp) {
   const rep = await (await api(`/v1/experiments/${exp.id}/report`)).json();
   $("report").hidden = false;
@@ -294,6 +342,15 @@ async function refresh() {
       a.textContent = "report";
       a.addEventListener("click", (ev) => { ev.preventDefault(); showReport(e).catch((err) => showError(err.message)); });
       cell.append(a);
+      if (members.some((j) => j.state === "succeeded")) {
+        const full = document.createElement("a");
+        full.href = `#full-report-${e.id}`;
+        full.className = "report-html-link";
+        full.textContent = "open full report";
+        full.setAttribute("aria-label", `full report of ${e.name} with figures (opens a new tab)`);
+        full.addEventListener("click", (ev) => { ev.preventDefault(); openFullReport(e); });
+        cell.append(" · ", full);
+      }
     } else {
       cell.textContent = "when every job has finished";
     }

@@ -40,6 +40,15 @@ function divColour(d) {
   return `rgb(${Math.round(255 + 200 * t)},${Math.round(255 + 120 * t)},255)`;
 }
 
+// a run as its job's name, with its id only where another listed job has the same name; the
+// id alone when this page has not listed it (another user's)
+function runLabel(id) {
+  const j = jobs.get(id);
+  if (!j || !j.name) return id;
+  const same = [...jobs.values()].some((o) => o.id !== id && o.name === j.name);
+  return same ? `${j.name} (${id})` : j.name;
+}
+
 function modulesOf(data, kind) {
   return Object.keys(data.modules).filter((m) => m.startsWith(kind + "."))
     .sort((a, b) => Number(a.split(".")[1]) - Number(b.split(".")[1]));
@@ -190,22 +199,22 @@ function drawDetail() {
     if (kind !== "enc_self") notes.push("the SLR window belongs to encoder self-attention");
     else if (!drawSlr(big, data)) notes.push("this run requested no SLR, so the model read no window");
   }
-  target.append(figure(`${EX.data.job} · ${notes.join(" · ")}`, big));
+  target.append(figure(`${runLabel(EX.data.job)} · ${notes.join(" · ")}`, big));
   const other = EX.other;
   if (other) {
     const same = JSON.stringify(other.tokens) === JSON.stringify(data.tokens);
     if (!same || !other.modules[name] || !other.modules[name][EX.head]) {
-      target.append(figure(`${other.job}: not comparable (its tokens or heads differ)`, exEl("svg", { width: 1, height: 1 })));
+      target.append(figure(`${runLabel(other.job)}: not comparable (its tokens or heads differ)`, exEl("svg", { width: 1, height: 1 })));
       return;
     }
     const b = other.modules[name][EX.head];
-    const mapB = heatmap(b, cell, { queries, keys, label: `${other.job} ${name} head ${EX.head}` });
+    const mapB = heatmap(b, cell, { queries, keys, label: `${runLabel(other.job)} ${name} head ${EX.head}` });
     mapB.id = "ex-map-b";
     const d = matrix.map((row, q) => row.map((v, k) => v - b[q][k]));
     const mapD = heatmap(d, cell, { queries, keys, diff: true, label: "difference" });
     mapD.id = "ex-map-diff";
-    target.append(figure(`${other.job} · ${other.roles[name][EX.head]}`, mapB),
-      figure(`difference (${EX.data.job} − ${other.job}; red: more on the first)`, mapD));
+    target.append(figure(`${runLabel(other.job)} · ${other.roles[name][EX.head]}`, mapB),
+      figure(`difference (${runLabel(EX.data.job)} − ${runLabel(other.job)}; red: more on the first)`, mapD));
   }
 }
 
@@ -220,7 +229,7 @@ function setHash() {
 function fillCompare(job) {
   const sel = $("ex-compare"), keep = sel.value;
   const runs = [...jobs.values()].filter((j) => j.kind === "train" && j.state === "succeeded" && j.id !== job);
-  sel.replaceChildren(new Option("(no second run)", ""), ...runs.map((j) => new Option(`${j.name} (${j.id})`, j.id)));
+  sel.replaceChildren(new Option("(no second run)", ""), ...runs.map((j) => new Option(runLabel(j.id), j.id)));
   if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
 }
 
@@ -261,7 +270,7 @@ function openExplorer(job, opts = {}) {
   if (opts.module) $("ex-module").value = opts.module;
   fillCompare(job);
   if (opts.vs !== undefined) {
-    if (opts.vs && ![...$("ex-compare").options].some((o) => o.value === opts.vs)) $("ex-compare").append(new Option(opts.vs, opts.vs));
+    if (opts.vs && ![...$("ex-compare").options].some((o) => o.value === opts.vs)) $("ex-compare").append(new Option(runLabel(opts.vs), opts.vs));
     $("ex-compare").value = opts.vs;
   }
   $("explorer").hidden = false;
