@@ -23,12 +23,25 @@ from synattn_jobs.routes import (
     jobs,
     queue,
     tokens,
+    translate,
 )
 from synattn_jobs.settings import JobSettings, get_settings
 from synattn_jobs.store import JobStore, QuotaExceeded
 from synattn_shared.asgi import BodyLimit
 from synattn_shared.webapi import install_error_handlers, problems, safe_text
 from synattn_shared.webui import install_page
+
+DESCRIPTION = """Queue parse and training jobs and experiments; follow and compare them.
+
+**Paths.** Every path in a request (a training config, a corpus, a shard folder, a grid's
+`config`) is relative to the job service's data root, or absolute inside it; `..` is refused.
+The data root is the setting `SYNATTN_DATA_ROOT`, by default the working directory the service
+was started in. An error about a path names the root it was resolved against. A grid file given
+to `synattn experiment run` names its config relative to the file; posted here, the same grid
+names it relative to the data root (`configs/tiny.yaml`, not `../configs/tiny.yaml`).
+
+**Bodies.** Every request body below has an example; a body of the wrong shape is answered with
+a 422 that shows it."""
 
 
 async def _bad_spec(_: Request, exc: Exception) -> JSONResponse:
@@ -48,7 +61,7 @@ def create_app(settings: JobSettings | None = None) -> FastAPI:
     app = FastAPI(
         title="synattn job API",
         version="1",
-        description="Queue parse and training jobs and experiments; follow and compare them.",
+        description=DESCRIPTION,
         responses=problems(413),
     )
     app.state.settings = settings
@@ -56,7 +69,9 @@ def create_app(settings: JobSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_exception_handler(BadJobSpec, _bad_spec)
     app.add_exception_handler(QuotaExceeded, _over_quota)
-    for module in (health, jobs, queue, artifacts, attention, events, experiments, tokens):
+    for module in (
+        health, jobs, queue, artifacts, attention, translate, events, experiments, tokens,
+    ):  # fmt: skip
         app.include_router(module.router)
     install_page(app, Path(__file__).parent / "static", "dashboard.html")  # the dashboard
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

@@ -3,6 +3,13 @@
 With nothing set, everything is embedded under ``SYNATTN_HOME`` (default ``~/.synattn``): the
 job store and the broker are SQLite files, so a laptop needs no server. Compose and clusters set
 ``SYNATTN_BROKER_URL=redis://...`` and ``SYNATTN_DATABASE_URL=postgresql+psycopg://...``.
+
+Every path in a request (a training config, a corpus, a shard folder, a grid's config, a
+config's data paths) is resolved against, and must lie inside, the data root
+``SYNATTN_DATA_ROOT``. It defaults to the working directory the service was started in (the
+folder ``synattn serve-jobs`` or a worker runs from); set it whenever the service runs
+elsewhere, e.g. ``SYNATTN_DATA_ROOT=/srv/data``. Runs go under ``SYNATTN_RUNS_DIR``
+(default: ``<data root>/runs``).
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ class JobSettings(BaseSettings, ServeTimeouts):
     database_url: str = ""  # default: SQLite at <home>/jobs.sqlite
     data_root: Path = Field(
         default_factory=Path.cwd,
-        description="every path in a job configuration must lie inside this folder",
+        description="every path in a request or a job configuration is resolved against this "
+        "folder and must lie inside it (default: the working directory the service started in)",
     )
     runs_dir: Path | None = None  # default: <data_root>/runs
     heartbeat_s: float = Field(10.0, gt=0, description="running jobs refresh their heartbeat")
@@ -116,7 +124,10 @@ class JobSettings(BaseSettings, ServeTimeouts):
         "this long its processes are terminated instead",
     )
     parser_url: str = Field(
-        "", description="a parser API (http://host:8001) for the attention explorer's free text"
+        "",
+        description="a parser API (http://host:8001) for the attention explorer's free text, "
+        "and for POST /v1/jobs/{id}/translate (which otherwise parses in this process, with the "
+        "parser package)",
     )
     attention_models: int = Field(2, ge=1, le=16, description="models the explorer keeps loaded")
     attention_max_tokens: int = Field(

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
 from synattn_shared.atomic import atomic_write_text, atomic_write_with
 from synattn_shared.cli import console, err, fail
+from synattn_shared.errors import one_line
+
+if TYPE_CHECKING:  # torch is imported by the commands that train, not with the CLI
+    from synattn_trainer.train import TrainResult
 
 
 def tokenizer_train(
@@ -74,7 +79,7 @@ def train(
     try:
         cfg = load_config(config, overrides)
     except (ValidationError, ValueError) as exc:
-        raise fail(f"{config}: {str(exc).splitlines()[0]} ({exc})".replace("\n", " ")) from None
+        raise fail(f"{config}: {one_line(exc)}") from None
     try:
         trainer = Trainer(cfg, out, limit=limit, loader_workers=loader_workers)
     except (FileNotFoundError, ValueError) as exc:
@@ -82,30 +87,158 @@ def train(
     result = trainer.train()
     console.print(
         f"{out}: stopped ({result.stopped}) at update {result.update}, epoch {result.epoch}; "
-        f"best valid loss {result.best_valid_loss:.4f}; averaged {result.averaged}"
+        f"best epoch-end valid loss {result.best_valid_loss:.4f}{_best_checkpoint_note(result)}; "
+        f"averaged {result.averaged}"
+    )
+
+
+def _best_checkpoint_note(result: TrainResult) -> str:
+    """The best checkpoint's validation loss and update (what best.pt holds) for ``train``'s
+    last line, beside the best epoch-end one it may differ from; "" without a best_valid
+    selection."""
+    if result.best_checkpoint_valid_loss is None:
+        return ""
+    return (
+        f"; best checkpoint valid loss {result.best_checkpoint_valid_loss:.4f} "
+        f"(update {result.best_checkpoint_update}, best.pt)"
     )
 
 
 def translate(
     checkpoint: Annotated[Path, typer.Option(help="checkpoint or averaged.pt")],
-    data: Annotated[Path, typer.Option(help="parsed shard directory (source side)")],
-    out: Annotated[Path, typer.Option(help="file for the translations, one per line")],
+    data: Annotated[
+        Path | None, typer.Option(help="parsed shard directory (source side) to translate")
+    ] = None,
+    text: Annotated[
+        str | None,
+        typer.Option(help="raw sentences to translate, one per line (instead of --data)"),
+    ] = None,
+    input_: Annotated[
+        Path | None,
+        typer.Option(
+            "--input", help="plain-text file of raw sentences, one per line ('-': stdin)"
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="file for the translations (default: printed)")
+    ] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="default: the config's tokenizer")] = None,
     beam: Annotated[int | None, typer.Option(min=1)] = None,
     lenpen: Annotated[float | None, typer.Option()] = None,
     ablate: Annotated[
         list[int], typer.Option(help="fixed-pattern head to switch off for this run (repeat)")
     ] = [],  # noqa: B006
+    batch_lines: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=10_000,
+            help="raw lines parsed and translated at a time, then printed (default: 1 from a "
+            "terminal, else the config's decode.batch_sentences)",
+        ),
+    ] = None,
+    max_chars: Annotated[
+        int, typer.Option(min=1, help="characters one raw sentence may have")
+    ] = 2000,
+    max_lines: Annotated[
+        int, typer.Option(min=1, help="raw sentences one call may translate")
+    ] = 100_000,
 ) -> None:
-    """Translate a parsed split with beam search; writes detokenised text."""
-    from synattn_trainer.inference import translate_split
+    """Translate a parsed split (--data), or raw sentences (--text, --input FILE, or stdin)
+    parsed as the model's training data was: the same backend, model version and feature
+    options, refused with the reason when this install parses differently. Raw translations
+    are printed as each batch of lines is done (or written to --out at the end); a batch gives
+    what --data gives for the same sentences parsed into shards and translated together."""
+    if data is not None:
+        if text is not None or input_ is not None:
+            raise fail("give --data, --text or --input, not several")
+        from synattn_trainer.inference import translate_split
 
+        try:
+            hyps = translate_split(checkpoint, data, tokenizer, beam, lenpen, ablate)
+        except (FileNotFoundError, ValueError) as exc:
+            raise fail(str(exc)) from None
+        if out is None:
+            _print_lines(hyps)
+            return
+        atomic_write_text(out, "".join(h + "\n" for h in hyps))
+        console.print(f"{out}: {len(hyps)} translations")
+        return
+    _translate_raw(
+        checkpoint, text, input_, out, tokenizer, beam, lenpen, ablate, batch_lines,
+        max_chars, max_lines,
+    )  # fmt: skip
+
+
+def _print_lines(lines: list[str]) -> None:
+    """Translations on stdout as they are (no markup), flushed: a reader sees each batch."""
+    import sys
+
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    sys.stdout.flush()
+
+
+def _translate_raw(
+    checkpoint: Path,
+    text: str | None,
+    input_: Path | None,
+    out: Path | None,
+    tokenizer: Path | None,
+    beam: int | None,
+    lenpen: float | None,
+    ablate: list[int],
+    batch_lines: int | None,
+    max_chars: int,
+    max_lines: int,
+) -> None:
+    """``translate`` of raw sentences: stream lines in batches through the recorded parse."""
+    import sys
+    from collections.abc import Iterable
+
+    from synattn_shared.errors import SyntaxInputError
+    from synattn_trainer.rawtext import numbered_chunks
+
+    if text is not None and input_ is not None:
+        raise fail("give --text or --input, not both")
+    if input_ is not None and str(input_) != "-" and not input_.is_file():
+        raise fail(f"{input_}: no such file")
     try:
-        hyps = translate_split(checkpoint, data, tokenizer, beam, lenpen, ablate)
+        from synattn_trainer.api import load
+
+        model = load(checkpoint, tokenizer=tokenizer, ablate=ablate, max_chars=max_chars)
     except (FileNotFoundError, ValueError) as exc:
-        raise fail(str(exc)) from None
-    atomic_write_text(out, "".join(h + "\n" for h in hyps))
-    console.print(f"{out}: {len(hyps)} translations")
+        raise fail(str(exc).replace("\n", " ")) from None
+    from_stdin = text is None and (input_ is None or str(input_) == "-")
+    if batch_lines is None:  # a person typing sees each translation at once
+        interactive = from_stdin and sys.stdin.isatty()
+        batch_lines = 1 if interactive else model.config.decode.batch_sentences
+    done: list[str] = []
+    with contextlib.ExitStack() as stack:
+        lines: Iterable[str]
+        if text is not None:
+            source, lines = "--text", text.rstrip("\n").split("\n")
+        elif from_stdin:
+            source, lines = "<stdin>", sys.stdin
+        else:
+            assert input_ is not None
+            source = str(input_)
+            lines = stack.enter_context(open(input_, encoding="utf-8", errors="strict"))
+        try:
+            for first, chunk in numbered_chunks(lines, batch_lines, max_lines, source):
+                hyps = model.translate(
+                    chunk, beam=beam, lenpen=lenpen, first_line=first, source=source
+                )
+                if out is None:
+                    _print_lines(hyps)
+                else:
+                    done.extend(hyps)
+        except SyntaxInputError as exc:
+            raise fail(str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise fail(f"{source}: not UTF-8 text ({exc.reason})") from None
+    if out is not None:
+        atomic_write_text(out, "".join(h + "\n" for h in done))
+        err.print(f"{out}: {len(done)} translations")
 
 
 def _lines(path: Path) -> list[str]:

@@ -125,7 +125,8 @@ def row_attention(
     if not 0 <= row < len(corpus):
         raise IndexError(f"row {row} is outside 0..{len(corpus) - 1}")
     modules = model.attention_modules()
-    b = make_batch(corpus, [row], model.feature_requests())
+    device = next(model.parameters()).device  # a model loaded on a GPU reads its batch there
+    b = make_batch(corpus, [row], model.feature_requests()).to(device)
     try:
         for _, _, m in modules:
             m.keep_probs = True
@@ -271,6 +272,9 @@ def text_corpus(run: Loaded, parsed: dict[str, Any]) -> Corpus:
     row["tgt"] = ""
     row["has_syntax"] = bool(parsed.get("has_syntax"))
     source = corpus_from_rows([row], run.tok, source_eos=run.cfg.data.source_eos)
-    (hyp,) = translate_corpus(run.model, source, run.tok, run.cfg.decode, beam=1)  # greedy
+    device = next(run.model.parameters()).device
+    (hyp,) = translate_corpus(
+        run.model, source, run.tok, run.cfg.decode, beam=1, device=device
+    )  # greedy
     row["tgt"] = hyp
     return corpus_from_rows([row], run.tok, source_eos=run.cfg.data.source_eos)

@@ -1,0 +1,82 @@
+"""Raw-text translation with a finished training run's model: the sentences are parsed as the
+run's training data was (the parse record its checkpoint keeps) and translated by beam search,
+exactly as ``synattn translate --text`` and ``synattn_trainer.api`` do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+
+from synattn_jobs.deps import OwnedJob, Settings
+from synattn_jobs.routes.attention import _cache, _inside
+from synattn_jobs.schemas import TranslateRequest, TranslateView
+from synattn_shared.errors import SyntaxInputError
+from synattn_shared.webapi import StrictJSONRoute, problems
+
+router = APIRouter(prefix="/v1/jobs", route_class=StrictJSONRoute, tags=["translate"])
+
+
+@router.post(
+    "/{job_id}/translate",
+    response_model=TranslateView,
+    responses=problems(401, 403, 404, 408, 409, 413, 422, 501, 502),
+)
+def translate(req: TranslateRequest, job: OwnedJob, settings: Settings, request: Request) -> Any:
+    """Translate raw sentences with the model of a finished training job you own. Each is
+    tokenised and parsed by the parser the run's training data was parsed with; a 409 says why
+    when this server cannot parse the same way (another model or library version, another
+    backend, other feature options). A sentence the model cannot take is a 422 naming it.
+    The parsing happens in this process, or through the parser API at ``SYNATTN_PARSER_URL``
+    when one is set (its parser must be the recorded one; 502 when it does not answer)."""
+    if job.kind != "train":
+        raise HTTPException(
+            409, f"job {job.id} is a {job.kind} job; translation needs a training job"
+        )
+    if job.state != "succeeded":
+        raise HTTPException(409, f"job {job.id} is {job.state}; translation needs a finished run")
+    try:
+        from synattn_trainer import rawtext
+    except ImportError:  # pragma: no cover - every image with the job API has the trainer
+        raise HTTPException(501, "this API was installed without synattn-trainer") from None
+    checkpoint = _inside((job.result or {}).get("checkpoint"), settings, "checkpoint")
+    if not checkpoint.is_file():
+        raise HTTPException(409, f"the run's model file {checkpoint.name} is gone")
+    try:
+        entry, cfg = rawtext.checkpoint_entries(checkpoint)
+    except ValueError:
+        raise HTTPException(409, f"the run's model file {checkpoint.name} is unreadable") from None
+    train = None
+    if entry is None:  # a run from before checkpoints kept their parse: its data's manifest
+        train = _inside((cfg.get("data") or {}).get("train"), settings, "training split")
+    parser: rawtext.RecordedParser | rawtext.RemoteParser
+    try:
+        record = rawtext.parse_record(entry, train, checkpoint.name)
+        if settings.parser_url:  # the parser API the operator named parses for this process
+            parser = rawtext.RemoteParser(record, settings.parser_url)
+        else:
+            parser = rawtext.cached_parser(record)
+    except rawtext.ParserMissing as exc:
+        raise HTTPException(501, f"{exc}, or set SYNATTN_PARSER_URL to a parser API") from None
+    except rawtext.ParseMismatch as exc:
+        raise HTTPException(409, str(exc).replace(str(settings.data_root), "DATA_ROOT")) from None
+    run, cached = _cache(request, settings).model(checkpoint)
+    try:
+        rows = parser.rows(req.sentences, source="sentence")
+        with run.lock:  # decoding keeps per-call state on the modules
+            out = rawtext.translate_rows(
+                run.model, run.tok, run.cfg, rows, beam=req.beam, lenpen=req.lenpen,
+                source="sentence",
+            )  # fmt: skip
+    except SyntaxInputError as exc:
+        raise HTTPException(422, str(exc)) from None
+    except rawtext.ParseMismatch as exc:  # the parser API's parser is another one
+        raise HTTPException(409, str(exc)) from None
+    except rawtext.ParserUnreachable as exc:
+        raise HTTPException(502, str(exc)) from None
+    return {
+        "job": job.id,
+        "translations": out,
+        "parse": record.model_dump(mode="json"),
+        "model_cached": cached,
+    }
