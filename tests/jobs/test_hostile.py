@@ -55,7 +55,7 @@ def write_config(env: Env, name: str, text: str) -> str:
         ({"name": ".hidden", "spec": {"config": TINY}}, "name"),
         ({"name": "a/b", "spec": {"config": TINY}}, "name"),
         ({"name": "x" * 101, "spec": {"config": TINY}}, "name"),
-        ({"out": "/etc", "spec": {"config": TINY}}, "outside the data root"),
+        ({"out": "/etc", "spec": {"config": TINY}}, "outside the runs folder"),
         ({"out": "../x", "spec": {"config": TINY}}, "'..'"),
         ({"out": ".", "spec": {"config": TINY}}, "not the folder itself"),
         ({"spec": {"config": "/etc/passwd"}}, "outside the data root"),

@@ -70,12 +70,14 @@ def confine(
     what: str = "path",
     *,
     exclude: Iterable[str | os.PathLike[str]] = (),
+    root_name: str = "the data root",
 ) -> Path:
     """``path`` (relative to ``root``, or absolute) resolved with symlinks followed; refused
     unless the result lies inside ``root`` and outside every folder of ``exclude``.
 
     ``..`` components are refused outright, even when they would stay inside: they are never
-    needed and make a path's meaning depend on what exists.
+    needed and make a path's meaning depend on what exists. ``root_name`` is what a message
+    calls ``root`` ("outside the runs folder").
     """
     text = check_path_text(path, what)
     p = Path(text)
@@ -87,7 +89,7 @@ def confine(
     except UnsafePath:
         raise
     if not full.is_relative_to(base):
-        raise UnsafePath(f"{what} {_show(text)} is outside the data root")
+        raise UnsafePath(f"{what} {_show(text)} is outside {root_name}")
     for folder in exclude:
         private = _resolve(Path(folder), "excluded folder")
         if full.is_relative_to(private):

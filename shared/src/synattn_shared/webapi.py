@@ -4,7 +4,9 @@
   infinity (``1e999``), lone surrogates (``"\\ud800"``), invalid UTF-8 and absurd nesting are a
   422 with a message, before any route sees them.
 - Every error body is a ``Problem``: ``{"detail": "...", "errors": [...]}``. Validation errors
-  never echo the input (it may not be serialisable, and it may be large).
+  never echo the input (it may not be serialisable, and it may be large). A body of the wrong
+  shape (a field missing or unknown, not an object) is answered with what the route's body
+  looks like: its model's first OpenAPI example.
 - ``problems(401, 404)`` documents a route's error responses in OpenAPI as they really are.
 
 Imported only by services that serve HTTP; the shared core does not depend on FastAPI.
@@ -14,7 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
@@ -28,6 +31,11 @@ from synattn_shared.errors import validation_reason
 
 MAX_JSON_DEPTH = 64
 MAX_ERRORS_SHOWN = 20
+MAX_EXAMPLE_SHOWN = 400  # characters of a body example in a 422's detail
+# pydantic error types that mean the body is not shaped like the route's model
+SHAPE_ERRORS = frozenset(
+    {"missing", "extra_forbidden", "model_attributes_type", "model_type", "dict_type"}
+)
 
 DESCRIPTIONS = {
     400: "Malformed request",
@@ -166,8 +174,41 @@ def _loc(loc: Any) -> list[str | int]:
     return [x if isinstance(x, int) else safe_text(x, 100) for x in loc]
 
 
-async def validation_error(_: Request, exc: Exception) -> JSONResponse:
-    """422 with the fields that failed and why, never the input itself."""
+@lru_cache(maxsize=256)
+def _first_example(model: type[BaseModel]) -> str | None:
+    extra = model.model_config.get("json_schema_extra")  # as written: the schema sorts keys
+    examples = extra.get("examples") if isinstance(extra, dict) else None
+    if not isinstance(examples, list) or not examples:
+        return None
+    text = json.dumps(examples[0], ensure_ascii=False)
+    return None if len(text) > MAX_EXAMPLE_SHOWN else text
+
+
+def body_hint(request: Request, errors: Sequence[Mapping[str, Any]]) -> str | None:
+    """What the route's body looks like (its model's first OpenAPI example), when ``errors``
+    say the body has the wrong shape: a field missing or unknown, or not an object at all
+    (``{"src": ...}`` where ``{"spec": {"src": ...}}`` belongs). None for errors in values,
+    and for routes whose body has no example."""
+    shape = any(
+        e.get("type") in SHAPE_ERRORS and tuple(e.get("loc", ()))[:1] == ("body",) for e in errors
+    )
+    route = request.scope.get("route")
+    if not shape or not isinstance(route, APIRoute) or route.body_field is None:
+        return None
+    model = route.body_field.field_info.annotation
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return None
+    example = _first_example(model)
+    if example is None:
+        return None
+    docs = getattr(request.app, "docs_url", None) or getattr(request.app, "openapi_url", None)
+    where = f" (see {docs})" if docs else ""
+    return f"the body of {request.method} {route.path_format} looks like {example}{where}"
+
+
+async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """422 with the fields that failed and why, never the input itself; for a body of the
+    wrong shape, what the body looks like (``body_hint``)."""
     assert isinstance(exc, RequestValidationError)
     raw = exc.errors()
     items = []
@@ -185,6 +226,8 @@ async def validation_error(_: Request, exc: Exception) -> JSONResponse:
         detail = "invalid request"
     if len(raw) > 1:
         detail += f" (and {len(raw) - 1} more)"
+    if (hint := body_hint(request, raw)) is not None:
+        detail += f"; {hint}"
     return JSONResponse({"detail": detail, "errors": items}, status_code=422)
 
 

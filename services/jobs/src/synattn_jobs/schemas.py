@@ -19,6 +19,18 @@ class TrainRequest(Request):
     """One training job: a config under the data root, overrides, what to evaluate, and maybe
     a preset (``synattn presets``) to lay on the config."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"spec": {"config": "configs/tiny.yaml"}},
+                {"name": "dea-lr", "preset": "dea", "priority": 10,
+                 "spec": {"config": "configs/tiny.yaml",
+                          "overrides": {"optim.lr": 0.001, "train.seed": 2},
+                          "evaluate": {"split": "test", "beam": 4}}},
+            ]
+        }
+    )  # fmt: skip
+
     name: Slug | None = Field(None, description="run name (default: the config's file name)")
     out: PathText | None = Field(None, description="run folder inside the runs folder")
     spec: TrainJobSpec
@@ -51,6 +63,17 @@ class TrainRequest(Request):
 class ParseRequest(Request):
     """One parse job: a corpus under the data root into a shard folder under it."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"spec": {"src": "corpora/m30k/train.en", "out": "datasets/m30k/train"}},
+                {"name": "m30k-train", "priority": 5,
+                 "spec": {"src": "corpora/m30k/train.en", "tgt": "corpora/m30k/train.de",
+                          "out": "datasets/m30k/train", "backend": "spacy", "workers": 2}},
+            ]
+        }
+    )  # fmt: skip
+
     name: Slug | None = None
     spec: ParseJobSpec
     priority: int = Field(0, ge=-1000, le=1000, description="orders your own queued jobs")
@@ -58,6 +81,10 @@ class ParseRequest(Request):
 
 class TokenRequest(Request):
     """A new bearer token (admins only)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"name": "alice"}, {"name": "ops", "admin": True}]}
+    )
 
     name: Slug = Field(description="the user the token acts for (owner of their jobs)")
     admin: bool = False
@@ -130,6 +157,15 @@ class AttentionRequest(Request):
     """One sentence for the attention explorer: a row of the job's own data, or free text
     (parsed by the parser API named in ``SYNATTN_PARSER_URL``)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"split": "valid", "row": 0},
+                {"text": "Two dogs run across the green field ."},
+            ]
+        }
+    )
+
     split: Literal["valid", "test"] = "valid"
     row: int | None = Field(None, ge=0, le=10_000_000, description="0-based row of the split")
     text: str | None = Field(None, min_length=1, max_length=1000)
@@ -190,6 +226,10 @@ class QueueView(BaseModel):
 
 class QuotaRequest(Request):
     """An admin's limits for one user; null keeps the server's default."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"queued": 100, "running": 4}, {"running": None}]}
+    )
 
     queued: int | None = Field(None, ge=0, le=1_000_000)
     running: int | None = Field(

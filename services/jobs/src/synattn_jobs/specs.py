@@ -114,8 +114,27 @@ class ExperimentSpec(WithResources):
     """A grid: variants x seeds x hyper-parameters over one base configuration; every job of
     it asks for ``resources`` (a grid of 2-process jobs: ``resources: {processes: 2}``)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"name": "demo", "config": "configs/tiny.yaml",
+                 "variants": ["vanilla", "dea", "slr-gated"]},
+                {"name": "slr-lr", "config": "configs/tiny.yaml", "baseline": "vanilla",
+                 "variants": ["vanilla", "slr-gated"], "seeds": [1, 2, 3],
+                 "params": {"optim.lr": [0.001, 0.002]},
+                 "overrides": {"train.max_updates": 400},
+                 "evaluate": {"split": "valid", "analyze": True}, "priority": 5},
+            ]
+        }
+    )  # fmt: skip
+
     name: Slug
-    config: PathText
+    config: PathText = Field(
+        description="the base configuration: relative to the job service's data root "
+        "(SYNATTN_DATA_ROOT), or absolute inside it; '..' is refused. A grid file given to "
+        "`synattn experiment run` names it relative to the file instead (the CLI resolves it "
+        "so); posted to the API, the same grid names it relative to the data root"
+    )
     baseline: Slug = "vanilla"
     baselines: dict[Slug, Slug] = Field(
         default_factory=dict,
@@ -245,26 +264,50 @@ def check_finite(value: Any, where: str) -> None:
             stack.extend((f"{path}[{i}]", v) for i, v in enumerate(node))
 
 
+DATA_ROOT_ENV = "SYNATTN_DATA_ROOT"  # the setting every request path is resolved against
+
+
+def root_note(root: Path, name: str = "data root", env: str = DATA_ROOT_ENV) -> str:
+    """What an error that names a path adds: the root it was resolved against, and the
+    setting that chose it."""
+    return f"paths in a request are resolved against the job service's {name} {root} ({env})"
+
+
 def inside_root(
-    path: str | Path, root: Path, what: str = "path", private: tuple[Path, ...] = ()
+    path: str | Path,
+    root: Path,
+    what: str = "path",
+    private: tuple[Path, ...] = (),
+    *,
+    note: str | None = None,
+    root_name: str = "the data root",
 ) -> Path:
-    """``path`` resolved inside ``root`` (and outside ``private``), or ``BadJobSpec``."""
+    """``path`` resolved inside ``root`` (and outside ``private``), or ``BadJobSpec`` whose
+    message ends with ``note`` (default: ``root_note(root)``, which root it was resolved
+    against)."""
     try:
-        return confine(path, root, what, exclude=private)
+        return confine(path, root, what, exclude=private, root_name=root_name)
     except UnsafePath as exc:
-        raise BadJobSpec(str(exc)) from None
+        raise BadJobSpec(f"{exc}: {note or root_note(root)}") from None
+
+
+def no_such_file(what: str, path: str, root: Path) -> BadJobSpec:
+    """The error for a request path that names no file under the data root ``root``."""
+    return BadJobSpec(
+        f"{what} {path!r}: no such file under the job service's data root {root} ({DATA_ROOT_ENV})"
+    )
 
 
 def check_parse_spec(spec: ParseJobSpec, root: Path, private: tuple[Path, ...]) -> ParseJobSpec:
     """The spec with every path resolved inside the data root; the source must exist."""
     src = inside_root(spec.src, root, "src", private)
     if not src.is_file():
-        raise BadJobSpec(f"src {spec.src!r}: no such file under the data root")
+        raise no_such_file("src", spec.src, root)
     tgt = None
     if spec.tgt is not None:
         tgt = inside_root(spec.tgt, root, "tgt", private)
         if not tgt.is_file():
-            raise BadJobSpec(f"tgt {spec.tgt!r}: no such file under the data root")
+            raise no_such_file("tgt", spec.tgt, root)
     out = inside_root(spec.out, root, "out", private)
     if out == root:
         raise BadJobSpec("out must be a folder inside the data root, not the root itself")

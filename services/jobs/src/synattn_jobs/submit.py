@@ -6,6 +6,8 @@ A training job stores its configuration resolved at submit time; the worker trai
 
 from __future__ import annotations
 
+import itertools
+import posixpath
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,8 @@ from synattn_jobs.specs import (
     TrainJobSpec,
     check_parse_spec,
     inside_root,
+    no_such_file,
+    root_note,
 )
 from synattn_jobs.store import Experiment, Job, JobStore, new_id
 from synattn_shared.errors import validation_line
@@ -59,7 +63,7 @@ def resolve_train_spec(spec: TrainJobSpec, settings: JobSettings) -> StoredTrain
 
     config = inside_root(spec.config, settings.data_root, "config", _private(settings))
     if not config.is_file():
-        raise BadJobSpec(f"config {spec.config!r}: no such file under the data root")
+        raise no_such_file("config", spec.config, settings.data_root)
     split = spec.evaluate.split if spec.evaluate is not None else None
     cfg = validate_train_config(config, spec.overrides, settings, split)
     return StoredTrainSpec(
@@ -104,7 +108,10 @@ def check_processes(
 def _run_dir(settings: JobSettings, name: str, out: str | None) -> Path:
     assert settings.runs_dir is not None
     if out is not None:
-        run_dir = inside_root(out, settings.runs_dir, "out", _private(settings))
+        run_dir = inside_root(
+            out, settings.runs_dir, "out", _private(settings), root_name="the runs folder",
+            note=root_note(settings.runs_dir, "runs folder", "SYNATTN_RUNS_DIR"),
+        )  # fmt: skip
         if run_dir == settings.runs_dir:
             raise BadJobSpec("out must be a folder inside the runs folder, not the folder itself")
         return run_dir
@@ -175,11 +182,53 @@ def load_experiment_file(path: Path) -> ExperimentSpec:
         raise BadJobSpec(f"{path}: {validation_line(exc.errors()[0])}") from None
 
 
+def check_grid_config(config: str, settings: JobSettings) -> None:
+    """Refuse a grid's config that names no file under the data root, saying how to write it.
+
+    A grid file names its config relative to itself (``load_experiment_file`` resolves it, so
+    the CLI always gives an absolute path); a grid posted to the API names it relative to the
+    data root. The same grid posted unchanged (``../configs/x.yaml``) is refused, with the
+    path under the data root it most likely means when that file exists: guessing it silently
+    would make a path's meaning depend on what exists.
+    """
+    try:
+        path = inside_root(config, settings.data_root, "config", _private(settings))
+        if not path.is_file():
+            raise no_such_file("config", config, settings.data_root)
+    except BadJobSpec as exc:
+        if Path(config).is_absolute():
+            raise
+        hint = (
+            "a grid sent to the API names its config relative to the data root, not to the "
+            "grid file as `synattn experiment run` does"
+        )
+        meant = _meant_under_root(config, settings)
+        if meant is not None:
+            hint += f": write config: {meant!r}"
+        raise BadJobSpec(f"{exc}; {hint}") from None
+
+
+def _meant_under_root(config: str, settings: JobSettings) -> str | None:
+    """``config`` with its leading ``..`` steps dropped, when that names a file under the data
+    root (``../configs/x.yaml`` from a grid in ``experiments/``: ``configs/x.yaml``)."""
+    parts = Path(posixpath.normpath(config)).parts
+    rest = list(itertools.dropwhile(lambda p: p in ("..", "."), parts))
+    if not rest or len(rest) == len(parts):
+        return None
+    candidate = "/".join(rest)
+    try:
+        path = inside_root(candidate, settings.data_root, "config", _private(settings))
+    except BadJobSpec:
+        return None
+    return candidate if path.is_file() else None
+
+
 def submit_experiment(
     store: JobStore, settings: JobSettings, spec: ExperimentSpec, owner: str | None = None
 ) -> tuple[Experiment, list[Job]]:
     """Queue every job of a grid; all are validated before the first one is queued."""
     planned = spec.expand(settings.max_grid_jobs)
+    check_grid_config(spec.config, settings)
     check_processes(store, settings, spec.resources.processes, owner)
     checked = [(p, resolve_train_spec(p["spec"], settings)) for p in planned]
     exp_id = new_id()

@@ -25,7 +25,7 @@ def validate_train_config(
 ) -> TrainConfig:
     """Load the YAML with its overrides and check it all: options, data paths inside the data
     root, the resource caps, and that the evaluation ``split`` exists."""
-    from synattn_jobs.specs import inside_root
+    from synattn_jobs.specs import DATA_ROOT_ENV, inside_root
     from synattn_trainer.config import load_config
 
     try:
@@ -35,10 +35,14 @@ def validate_train_config(
     except (OSError, ValueError, TypeError, RecursionError) as exc:
         raise BadJobSpec(f"config {config.name}: {exc}") from None
     private = (settings.home,)
+    note = (
+        f"a config's data paths are resolved against its own folder and must lie inside the "
+        f"job service's data root {settings.data_root} ({DATA_ROOT_ENV})"
+    )
     for key in ("train", "valid", "test", "tokenizer"):
         value = getattr(cfg.data, key, None)
         if value:
-            inside_root(value, settings.data_root, f"data.{key}", private)
+            inside_root(value, settings.data_root, f"data.{key}", private, note=note)
     if split is not None and getattr(cfg.data, split, None) is None:
         raise BadJobSpec(f"evaluate.split {split!r}: the config has no data.{split}")
     check_caps(cfg, settings)

@@ -27,11 +27,12 @@ class ParseRequest(BaseModel):
         allow_inf_nan=False,
         json_schema_extra={
             "examples": [
+                {"sentences": ["The cat sat on the mat."]},
                 {
                     "sentences": ["Bush held a talk with Sharon.", ["It", "rained", "."]],
                     "features": ["slr_soft", "dea_mask", "rp_index"],
                     "format": "dense",
-                }
+                },
             ]
         },
     )
