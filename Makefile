@@ -10,8 +10,8 @@ TORCH_SPEC ?= torch==2.13.0
 PROJECTS := shared/pyproject.toml services/parser/pyproject.toml services/trainer/pyproject.toml \
 	services/jobs/pyproject.toml
 
-.PHONY: venv data demo test lint pytest bench bench-peer clean compose-up compose-down compose-demo \
-	compose-test
+.PHONY: venv data demo test lint pytest docs bench bench-peer clean compose-up compose-down \
+	compose-demo compose-test
 
 venv: $(STAMP)
 
@@ -68,6 +68,12 @@ pytest: venv
 	$(BIN)/python -m pytest
 
 test: lint pytest
+
+# The documentation site into build/site: the configuration and CLI references regenerated from
+# the code (tools/gen_reference.py), then a strict build (a broken link or anchor fails it).
+docs: venv
+	$(BIN)/python tools/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: venv
 	$(BIN)/python bench/features.py
