@@ -147,8 +147,12 @@ def embedded(data_root: Path, tmp_path: Path) -> Iterator[Env]:
 
 
 def _redis_db() -> int:
-    """A Redis database of its own for this test process (tests may run in parallel)."""
-    return 8 + os.getpid() % 7
+    """A Redis database of its own for this test process: one per pytest-xdist worker (gw0,
+    gw1, ...: databases 8-13), else one from the process id."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        return 8 + int(worker[2:]) % 6
+    return 8 + os.getpid() % 6
 
 
 @pytest.fixture
