@@ -14,17 +14,22 @@ under ``--home``), points already written are kept, a point whose scoring was cu
 scored again. A fresh checkout has the points but not the checkpoints (build/ is not kept):
 the command then stops and says so, unless a session handed its state over. ``--hand-off``
 copies the newest checkpoint (weights, optimizer, schedule, data position, generators: an
-exact resume) to ``<results>/state/<system>-s<seed>.pt`` with its digest, the recipe's and the
-training data's; commit it, and the same command on the next checkout continues the curve from
-there, after checking all three. A curve longer than one session's CPU time needs this.
-``--restart`` trains again from update 0 with the old points set aside under ``previous/``.
-Two systems side by side on a 2-core machine: two processes, ``--threads 1``.
+exact resume) to ``<DIR>/<system>-s<seed>.pt``, ``DIR`` being the directory ``--hand-off-dir``
+names, and writes its file name, size and digest, the recipe's and the training data's into
+the curve's record; the same command with the same ``--hand-off-dir`` on the next checkout
+(copy ``DIR`` there when it is another machine) continues the curve from there, after checking
+all three. A curve longer than one session's CPU time needs this. ``DIR`` must lie outside the
+repository, or where git ignores it (``build/``): the state is a model checkpoint, and one
+committed stays in the git history, paid by every clone forever. ``--restart`` trains again
+from update 0 with the old points set aside under ``previous/``. Two systems side by side on a
+2-core machine: two processes, ``--threads 1``.
 
     make data
     python bench/learning_curve.py --variant vanilla --seed 1 &
     python bench/learning_curve.py --variant disagreement+routing --seed 1 &
     python bench/learning_curve.py --plot-only
-    python bench/learning_curve.py --variant vanilla --seed 1 --hand-off   # before a session ends
+    # before a session ends, then the first command again, with the same --hand-off-dir
+    python bench/learning_curve.py --variant vanilla --seed 1 --hand-off --hand-off-dir ~/curve
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from synattn_shared.manifest import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from study_handoff import ROUNDING_KEYS, command_line  # noqa: E402
+from study_handoff import ROUNDING_KEYS, checked_dir, command_line  # noqa: E402
 
 
 def load_points(path: Path) -> dict[str, Any]:
@@ -114,7 +119,7 @@ def plot(results: Path) -> Path | None:
 
 def average_window(update: int, every: int) -> list[int]:
     """The checkpoints a point at ``update`` averages: the last 5 saved every ``every`` updates
-    whose update lies in ``[0.75 U, U]`` (the final quarter, DECISIONS §7)."""
+    whose update lies in ``[0.75 U, U]`` (the final quarter: docs/papers/index.md)."""
     return [k for k in range(every, update + 1, every) if 0.75 * update - 1e-9 <= k][-5:]
 
 
@@ -129,12 +134,15 @@ def kept_checkpoints(run: Path, handed_off: tuple[int, Path] | None = None) -> d
     return saved
 
 
-def handed_off_state(entry: dict[str, Any] | None, results: Path) -> tuple[int, Path] | None:
+def handed_off_state(
+    entry: dict[str, Any] | None, hand_off_dir: Path | None
+) -> tuple[int, Path] | None:
     """The update and file of the record's handed-off state where the file is the one handed
-    off (inside ``<results>/state``, its SHA-256 as recorded); None otherwise."""
-    if not entry or state_problem(entry, results):
+    off (inside ``hand_off_dir``, its SHA-256 as recorded); None otherwise, and when no
+    ``--hand-off-dir`` is given (a converged curve's state is deleted: its record stays)."""
+    if not entry or hand_off_dir is None or state_problem(entry, hand_off_dir):
         return None
-    return int(entry["update"]), results / entry["file"]
+    return int(entry["update"]), hand_off_dir / entry["file"]
 
 
 def rescore_averages(
@@ -221,10 +229,13 @@ def _plain(obj: Any) -> Any:
     return obj.tolist() if hasattr(obj, "tolist") else str(obj)
 
 
-def hand_off(source: Path, results: Path, name: str, recipe: str, data: str) -> dict[str, Any]:
-    """Copy the checkpoint ``source`` to ``<results>/state/<name>.pt`` atomically and return
-    the record's ``hand_off`` entry that lets the next checkout trust it. ``recipe``: this
-    command's, which must be the one the checkpoint was trained with."""
+def hand_off(
+    source: Path, hand_off_dir: Path, name: str, recipe: str, data: str
+) -> dict[str, Any]:
+    """Copy the checkpoint ``source`` to ``<hand_off_dir>/<name>.pt`` atomically and return
+    the record's ``hand_off`` entry that lets the next checkout trust it (its ``file``: the
+    name inside ``hand_off_dir``). ``recipe``: this command's, which must be the one the
+    checkpoint was trained with."""
     import torch
 
     state = torch.load(source, map_location="cpu", weights_only=False)
@@ -232,12 +243,12 @@ def hand_off(source: Path, results: Path, name: str, recipe: str, data: str) -> 
         raise SystemExit(f"{source}: trained with another configuration than this command's "
                          "(pass the training command's --config, --variant, --seed, --every, "
                          "--max-updates)")  # fmt: skip
-    target = results / "state" / f"{name}.pt"
+    target = hand_off_dir / f"{name}.pt"
     with atomic_path(target) as tmp:
         shutil.copyfile(source, tmp)
     return {
         "update": int(state["update"]),
-        "file": str(target.relative_to(results)),
+        "file": target.name,
         "checkpoint": source.name,
         "bytes": target.stat().st_size,
         "sha256": sha256_file(target),
@@ -246,13 +257,13 @@ def hand_off(source: Path, results: Path, name: str, recipe: str, data: str) -> 
     }
 
 
-def state_problem(entry: dict[str, Any], results: Path) -> str | None:
+def state_problem(entry: dict[str, Any], hand_off_dir: Path) -> str | None:
     """Why the record's handed-off state file is not the one handed off, or None: it lies
-    inside ``<results>/state`` (the record is a file anyone can edit), exists, and has the
+    inside ``hand_off_dir`` (the record is a file anyone can edit), exists, and has the
     SHA-256 recorded at the hand-off."""
-    state = results / entry["file"]
-    if state.resolve().parent != (results / "state").resolve():
-        return f"{entry['file']}: a handed-off state lies in {results / 'state'}"
+    state = hand_off_dir / entry["file"]
+    if not state.resolve().is_relative_to(hand_off_dir.resolve()):
+        return f"{entry['file']}: a handed-off state lies in the --hand-off-dir {hand_off_dir}"
     if not state.is_file():
         return f"{state}: the handed-off state is missing"
     if sha256_file(state) != entry["sha256"]:
@@ -261,15 +272,15 @@ def state_problem(entry: dict[str, Any], results: Path) -> str | None:
 
 
 def hand_off_problem(
-    entry: dict[str, Any], results: Path, recipe: str, data: str, last_point: int
+    entry: dict[str, Any], hand_off_dir: Path, recipe: str, data: str, last_point: int
 ) -> str | None:
     """Why the handed-off state cannot continue this curve here, or None. The record is a
-    file anyone can edit: its paths stay inside ``<results>/state`` and the checkpoint name is
+    file anyone can edit: its paths stay inside ``hand_off_dir`` and the checkpoint name is
     one the trainer writes."""
-    state = results / entry["file"]
+    state = hand_off_dir / entry["file"]
     if not re.fullmatch(r"ckpt-\d{8}\.pt|resume\.pt", entry["checkpoint"]):
         return f"{entry['checkpoint']!r}: not a checkpoint name the trainer writes"
-    why = state_problem(entry, results)
+    why = state_problem(entry, hand_off_dir)
     if why:
         return why
     if entry["update"] < last_point:
@@ -376,8 +387,17 @@ def main() -> None:
     ap.add_argument(
         "--hand-off",
         action="store_true",
-        help="copy the newest checkpoint under --home to <results>/state/<system>-s<seed>.pt, "
+        help="copy the newest checkpoint under --home to <--hand-off-dir>/<system>-s<seed>.pt, "
         "with the digests that let another checkout continue the curve from it, and exit",
+    )
+    ap.add_argument(
+        "--hand-off-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where --hand-off puts the state and a later run continues from it: outside the "
+        "repository, or where git ignores it (build/), since a checkpoint in git history is "
+        "paid by every clone forever; copy it to the next machine",
     )
     ap.add_argument(
         "--rescore-averages",
@@ -389,6 +409,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.every < 1 or args.patience < 1 or args.max_updates < args.every:
         raise SystemExit("--every and --patience must be >= 1 and --max-updates >= --every")
+    if args.hand_off and args.hand_off_dir is None:
+        raise SystemExit("--hand-off needs --hand-off-dir DIR, a directory outside the repository "
+                         "(or under build/) for the state: a checkpoint in git history is paid "
+                         "by every clone forever")  # fmt: skip
+    hand_offs = None if args.hand_off_dir is None else checked_dir(args.hand_off_dir, REPO)
     args.results.mkdir(parents=True, exist_ok=True)
     if args.plot_only:
         print(plot(args.results))
@@ -452,6 +477,11 @@ def main() -> None:
     ckpt_dir = run_dir / "checkpoints"
     newest = ck.resume_point(ckpt_dir)
     entry = None if args.restart or newest is not None else record.get("hand_off")
+    if entry is not None and hand_offs is None:
+        raise SystemExit(f"{record_path}: its state was handed off at update {entry['update']} "
+                         f"as {entry['file']}; pass --hand-off-dir DIR, the directory it was "
+                         "handed off into, to continue from it (or --restart to train again "
+                         "from update 0)")  # fmt: skip
     gap = resume_gap(record_path, points, newest is not None or entry is not None)
     if gap and not args.restart and not args.rescore_averages:
         raise SystemExit(gap)
@@ -462,20 +492,21 @@ def main() -> None:
         recipe = json_digest(recipe_of(record["resolved"]))
         data = corpus_digest(trainer.tok.to_str(), trainer.train_data)
     if args.hand_off:  # the record's command, commit and hardware stay the training run's
-        assert newest is not None
+        assert newest is not None and hand_offs is not None
         kept = load_points(record_path)
-        kept["hand_off"] = hand_off(newest, args.results, name, recipe, data)
+        kept["hand_off"] = hand_off(newest, hand_offs, name, recipe, data)
         close_segment(kept, kept["hand_off"]["update"])
         atomic_write_text(record_path, json.dumps(kept, indent=2) + "\n")
         print(json.dumps(kept["hand_off"]), flush=True)
         return
     if entry is not None:
-        why = hand_off_problem(entry, args.results, recipe, data,
+        assert hand_offs is not None
+        why = hand_off_problem(entry, hand_offs, recipe, data,
                                points[-1]["update"] if points else 0)  # fmt: skip
         if why:
             raise SystemExit(why)
         with atomic_path(ckpt_dir / entry["checkpoint"]) as tmp:
-            shutil.copyfile(args.results / entry["file"], tmp)
+            shutil.copyfile(hand_offs / entry["file"], tmp)
         print(f"continuing from the state handed off at update {entry['update']}", flush=True)
         change = rounding_change(record.get("segments", []), record["hardware"])
         if change:
@@ -515,7 +546,7 @@ def main() -> None:
         known = {p["update"]: p for p in averaged["points"]}
         fresh = [known.get(p["update"], {"update": p["update"]}) for p in points]
         rescore_averages(trainer, test_data, fresh, run_dir, args.every,
-                         handed_off_state(record.get("hand_off"), args.results))  # fmt: skip
+                         handed_off_state(record.get("hand_off"), hand_offs))  # fmt: skip
         averaged.update(
             points=[p for p in fresh if "avg_updates" in p],
             command=launch_command(sys.argv[1:], os.environ),

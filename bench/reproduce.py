@@ -23,18 +23,24 @@ A published run whose configuration changed stops the driver with the runs named
 
 A session that must end before its runs do hands them over: ``--hand-off-after SECONDS`` stops
 the workers after that long (each run saves where it is) and copies what each unfinished run
-needs to go on into ``results/<name>/handoff/`` (``bench/study_handoff.py``; ``--hand-off``
-does the same for a driver stopped otherwise). Committed, the hand-off lets the next checkout
-resume those runs exactly, instead of from update 0. ``--no-new-runs-after SECONDS`` keeps a
-worker freed near the end from starting a run it would only hand off minutes in: after that
-long no new run starts, and the driver exits once the running ones have ended.
+needs to go on into ``<DIR>/<name>/``, ``DIR`` being the directory ``--hand-off-dir`` names
+(``bench/study_handoff.py``; ``--hand-off`` does the same for a driver stopped otherwise).
+The same command with the same ``--hand-off-dir`` on the next checkout (copy ``DIR`` there
+when it is another machine) resumes those runs exactly, instead of from update 0, and a run's
+published record keeps the stretches its hand-offs name. ``DIR`` must lie outside the
+repository, or where git ignores it (``build/``): a hand-off holds model checkpoints, tens of
+MB a run, and a checkpoint once committed stays in the git history, paid by every clone
+forever. ``--no-new-runs-after SECONDS`` keeps a worker freed near the end from starting a run
+it would only hand off minutes in: after that long no new run starts, and the driver exits
+once the running ones have ended.
 
     make data
     python bench/reproduce.py examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
     python bench/reproduce.py examples/experiments/headline-tiny8.yaml --publish-only
-    python bench/reproduce.py examples/experiments/study-conv5k.yaml --hand-off-after 9000
     python bench/reproduce.py examples/experiments/study-conv5k.yaml --hand-off-after 9000 \
-        --no-new-runs-after 7200
+        --hand-off-dir ~/synattn-handoff
+    python bench/reproduce.py examples/experiments/study-conv5k.yaml --hand-off-after 9000 \
+        --no-new-runs-after 7200 --hand-off-dir ~/synattn-handoff
 """
 
 from __future__ import annotations
@@ -124,7 +130,7 @@ def budget_of(resolved: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_source(resolved: dict[str, Any]) -> dict[str, Any] | None:
-    """Which parser made the training shards (METHODS-syntax §5.2 asks every run to say): the
+    """Which parser made the training shards (docs/papers/index.md asks every run to say): the
     ``parser`` entry of the training data's manifest."""
     train = (resolved.get("data") or {}).get("train")
     manifest = Path(str(train)) / "manifest.json"
@@ -143,7 +149,8 @@ def study_store() -> Any:
 
 
 def study_results(exp_id: str, results: Path) -> tuple[Any, Any, Path]:
-    """The embedded queue's store, the experiment, and its folder under ``results``."""
+    """The embedded queue's store, the experiment, and its folder under ``results`` (or under
+    the ``--hand-off-dir``: the study's hand-off directory)."""
     store = study_store()
     exp = store.experiment(exp_id)
     assert exp is not None
@@ -181,11 +188,18 @@ def claimed_s(job: Any, until: float | None) -> float | None:
 
 
 def publish(
-    exp_id: str, results: Path, meta: dict[str, Any], trained_with: dict[str, Any] | None = None
+    exp_id: str,
+    results: Path,
+    meta: dict[str, Any],
+    trained_with: dict[str, Any] | None = None,
+    hand_off_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Write the report, translations and ``run.json`` of the experiment's finished runs.
     ``trained_with``: the driver's workers, threads and CPU ISA, recorded with each run it finished
-    (a run's wall time depends on how many ran beside it); None when only publishing."""
+    (a run's wall time depends on how many ran beside it); None when only publishing.
+    ``hand_off_dir``: the ``--hand-off-dir``, whose hand-offs name the stretches a finished run
+    trained in earlier checkouts (and are deleted once it is published); None when not given,
+    and then only a published record's own stretches count."""
     from synattn_jobs.report import comparison, scored, write_html
     from synattn_shared.atomic import atomic_write_text
 
@@ -194,6 +208,7 @@ def publish(
     assert exp is not None
     jobs = list(store.jobs(experiment_id=exp.id))
     out = results / exp.name
+    home = None if hand_off_dir is None else hand_off_dir / exp.name
     report = comparison(exp, jobs)
     write_html(report, jobs, out)
     runs = []
@@ -213,7 +228,7 @@ def publish(
             if not ref.is_file():
                 shutil.copyfile(res["ref"], ref)
             if not ledger_is_current(job, record):
-                record = write_ledger(job, out, trained_with, driver)
+                record = write_ledger(job, out, trained_with, driver, home)
         if job.state == "succeeded" and record:
             records.append(record)
         wall = claimed_s(job, job.finished_at)
@@ -386,13 +401,15 @@ def write_ledger(
     out: Path,
     trained_with: dict[str, Any] | None = None,
     finished_under: dict[str, Any] | None = None,
+    hand_offs: Path | None = None,
 ) -> dict[str, Any]:
     """Publish one finished run so that a later session can take it as done: its translations
     under every final-model selection, its metrics, and ``runs/<run>.json`` with the result
     (paths relative to ``out``), the spec's digest, the timing and, when known, how many runs
     trained side by side with how many threads each (``trained_with``) and the command and
     commit of the driver that trained its last stretch (``finished_under``; the earlier
-    stretches' are in ``segments``). Returns the record."""
+    stretches' are in ``segments``, from the run's hand-off in ``hand_offs``, the study's
+    hand-off directory, which is then deleted). Returns the record."""
     from synattn_shared.atomic import atomic_write_text
 
     res = json.loads(json.dumps(job.result))
@@ -426,7 +443,7 @@ def write_ledger(
     finished_under = same.get("finished_under") or finished_under
     if finished_under:
         record["finished_under"] = finished_under
-    history = study_handoff.load_record(out, job.name)
+    history = None if hand_offs is None else study_handoff.load_record(hand_offs, job.name)
     if history is None:  # the same finish published again keeps its stretches
         history = same or None
     if history and history.get("segments") and history.get("spec_digest") == record["spec_digest"]:
@@ -434,7 +451,8 @@ def write_ledger(
         record["segments"] = history["segments"]
         record["earlier_wall_s"] = round(sum(float(g["wall_s"]) for g in history["segments"]), 1)
     atomic_write_text(runs / f"{job.name}.json", json.dumps(record, indent=1) + "\n")
-    study_handoff.forget(out, job.name)  # published: its hand-off is no longer needed
+    if hand_offs is not None:  # published: its hand-off is no longer needed
+        study_handoff.forget(hand_offs, job.name)
     return record
 
 
@@ -482,22 +500,22 @@ def adopt_published(exp_id: str, results: Path, retrain_changed: bool = False) -
     return taken
 
 
-def restore_handed_off(exp_id: str, results: Path, now: dict[str, Any]) -> list[str]:
-    """Put every hand-off under ``results/<name>/handoff/`` into its queued run's directory, so
+def restore_handed_off(exp_id: str, hand_off_dir: Path, now: dict[str, Any]) -> list[str]:
+    """Put every hand-off under ``<hand_off_dir>/<name>/`` into its queued run's directory, so
     that the run resumes where an earlier checkout stopped it. Returns the runs restored. A
     hand-off that does not check out (another configuration, a file changed or missing) stops
     the driver with the reason rather than training the run again from update 0; ``now``: this
     machine's hardware, to say where the rounding differs from the handed-off stretch's."""
-    store, exp, out = study_results(exp_id, results)
+    store, exp, home = study_results(exp_id, hand_off_dir)
     restored = []
     for job in store.jobs(experiment_id=exp.id, state="queued"):
-        record = study_handoff.load_record(out, job.name)
+        record = study_handoff.load_record(home, job.name)
         if record is None:
             continue
-        why = study_handoff.problem(record, out, spec_digest(job.spec))
+        why = study_handoff.problem(record, home, spec_digest(job.spec))
         if why:
             raise SystemExit(f"hand-off: {why}")
-        if study_handoff.restore(record, out, Path(job.out_dir)):
+        if study_handoff.restore(record, home, Path(job.out_dir)):
             restored.append(job.name)
             change = study_handoff.rounding_change(record, now)
             if change:
@@ -507,10 +525,11 @@ def restore_handed_off(exp_id: str, results: Path, now: dict[str, Any]) -> list[
     return restored
 
 
-def hand_off_stopped(exp_id: str, results: Path, meta: dict[str, Any]) -> list[str]:
+def hand_off_stopped(exp_id: str, hand_off_dir: Path, meta: dict[str, Any]) -> list[str]:
     """Hand off every queued run of the experiment that has trained (stopped by a warm worker
-    shutdown), for the next checkout to resume. Returns ``run@update`` for each."""
-    store, exp, out = study_results(exp_id, results)
+    shutdown) into ``<hand_off_dir>/<name>/``, for the next checkout to resume. Returns
+    ``run@update`` for each."""
+    store, exp, home = study_results(exp_id, hand_off_dir)
     handed = []
     for job in store.jobs(experiment_id=exp.id, state="queued"):
         found = study_handoff.resume_state(Path(job.out_dir))
@@ -521,8 +540,9 @@ def hand_off_stopped(exp_id: str, results: Path, meta: dict[str, Any]) -> list[s
         wall = claimed_s(job, found[0].stat().st_mtime) or 0.0
         stretch = study_handoff.stretch(wall, meta["command"], meta["git_commit"],
                                         meta["hardware"])  # fmt: skip
-        record = study_handoff.hand_off(job.name, Path(job.out_dir), out, spec_digest(job.spec),
-                                        job.spec["resolved"], stretch)  # fmt: skip
+        record = study_handoff.hand_off(job.name, Path(job.out_dir), home,
+                                        spec_digest(job.spec), job.spec["resolved"],
+                                        stretch)  # fmt: skip
         if record is not None:
             size = sum(f["bytes"] for f in record["files"]) / 1e6
             handed.append(f"{job.name}@{record['update']} ({size:.0f} MB)")
@@ -573,6 +593,19 @@ def exit_on_termination() -> None:
         signal.signal(sig, leave)
 
 
+def checked_hand_off_dir(given: Path | None, hand_off: bool, after: float | None) -> Path | None:
+    """The ``--hand-off-dir``, checked (``study_handoff.checked_dir``), or None when not given;
+    ``--hand-off`` and ``--hand-off-after`` (``hand_off``, ``after``) are refused without it."""
+    if given is None:
+        option = "--hand-off" if hand_off else "--hand-off-after" if after is not None else None
+        if option:
+            raise SystemExit(f"{option} needs --hand-off-dir DIR, a directory outside the "
+                             "repository (or under build/) for the runs' state: a checkpoint "
+                             "in git history is paid by every clone forever")  # fmt: skip
+        return None
+    return study_handoff.checked_dir(given, REPO)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -595,7 +628,16 @@ def main() -> None:
         default=None,
         metavar="SECONDS",
         help="after this long, stop the workers (each run saves where it is), hand the\n"
-        "unfinished runs off into results/<name>/handoff/ for the next checkout, and exit",
+        "unfinished runs off into <--hand-off-dir>/<name>/ for the next checkout, and exit",
+    )
+    ap.add_argument(
+        "--hand-off-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where hand-offs go and are restored from: outside the repository, or where git\n"
+        "ignores it (build/), since a checkpoint in git history is paid by every clone\n"
+        "forever; needed by --hand-off-after and --hand-off; copy it to the next machine",
     )
     ap.add_argument(
         "--no-new-runs-after",
@@ -607,13 +649,15 @@ def main() -> None:
     )
     ap.add_argument(
         "--hand-off", action="store_true",
-        help="hand off the stopped runs under --home (a driver stopped otherwise) and exit",
+        help="hand off the stopped runs under --home (a driver stopped otherwise) into\n"
+        "--hand-off-dir and exit",
     )  # fmt: skip
     ap.add_argument(
         "--first", nargs="+", default=[], metavar="RUN",
         help="train these runs (e.g. fixed-word-s2) before the others, in this order",
     )  # fmt: skip
     args = ap.parse_args()
+    hand_offs = checked_hand_off_dir(args.hand_off_dir, args.hand_off, args.hand_off_after)
     env = settings_env(args.home.resolve())
     os.environ.update(env)
     exp_id = find_or_submit(args.grid, env)
@@ -628,9 +672,10 @@ def main() -> None:
     }  # fmt: skip
     if args.hand_off:  # the stretch is the training driver's: its command, commit, hardware
         trained = republish_meta(args.grid, args.results, meta)
+        assert hand_offs is not None
         handed = hand_off_stopped(
             exp_id,
-            args.results,
+            hand_offs,
             {
                 **meta,
                 **{k: trained[k] for k in ("command", "git_commit", "hardware") if trained.get(k)},
@@ -639,7 +684,11 @@ def main() -> None:
         print(f"handed off: {', '.join(handed) or 'nothing (no stopped run has trained)'}")
         return
     now = {**meta["hardware"], "kernel_env": study_handoff.kernel_env(os.environ)}
-    restored = restore_handed_off(exp_id, args.results, now) if not args.publish_only else []
+    restored = (
+        restore_handed_off(exp_id, hand_offs, now)
+        if hand_offs is not None and not args.publish_only
+        else []
+    )
     if restored:
         print(f"{len(restored)} runs continue from their hand-off: {', '.join(restored)}")
     hold_new_runs(exp_id, False)  # a hold is one driver's: a stopped one's does not carry over
@@ -647,7 +696,7 @@ def main() -> None:
         put_first(exp_id, [*restored, *(n for n in args.first if n not in restored)])
     if args.publish_only:
         meta = republish_meta(args.grid, args.results, meta)
-        info = publish(exp_id, args.results, meta)
+        info = publish(exp_id, args.results, meta, None, hand_offs)
         print(f"{info['finished']}/{info['planned']} runs published to {args.results}")
         return
     from synattn_jobs.cli import start_worker
@@ -681,7 +730,7 @@ def main() -> None:
                 break
             if done != ended:  # publish (bootstrap, figures, copies) only when a run ended
                 ended = done
-                info = publish(exp_id, args.results, meta, trained_with)
+                info = publish(exp_id, args.results, meta, trained_with, hand_offs)
                 print(f"[{time.time() - started:7.0f} s] {info['finished']}/{info['planned']} "
                       "runs done", flush=True)  # fmt: skip
             if any(w.poll() is not None for w in workers):
@@ -704,9 +753,10 @@ def main() -> None:
         if held:  # lifted once no worker is left to take a run
             hold_new_runs(exp_id, False)
     if handing_off:
-        handed = hand_off_stopped(exp_id, args.results, meta)
+        assert hand_offs is not None
+        handed = hand_off_stopped(exp_id, hand_offs, meta)
         print(f"handed off: {', '.join(handed) or 'nothing'}", flush=True)
-    info = publish(exp_id, args.results, meta, trained_with)
+    info = publish(exp_id, args.results, meta, trained_with, hand_offs)
     where = args.results / info["experiment"]
     print(f"{info['finished']}/{info['planned']} runs published to {where}")
 

@@ -3,15 +3,20 @@
 A session that ends in the middle of a run loses the run with ``build/``: at the study's
 budget a run takes most of a session, so without a hand-off every session would waste the
 time between its last finished run and its end. ``hand_off`` copies what a stopped run needs
-to go on, and no more, into ``results/<study>/handoff/``, where a commit carries it to the
-next checkout: the resume state in full (weights, optimiser, scheduler, data position, random
-generators), the model weights alone of every kept checkpoint that the final average can still
-take, the best-validation model, and the run's log. ``restore`` puts them back into a fresh
-queue's run directory, after checking every file against the SHA-256 recorded when it was
-handed off and the run's configuration against the one it was trained with; the trainer then
-resumes from them exactly as it would have in the first checkout (on the same CPU kernels:
-see ``KERNEL_ENV``). Once the run has finished and is published, its hand-off is deleted
-(``forget``).
+to go on, and no more, into the study's hand-off directory ``<DIR>/<study>/`` (``DIR``: the
+driver's ``--hand-off-dir``): the resume state in full (weights, optimiser, scheduler, data
+position, random generators), the model weights alone of every kept checkpoint that the final
+average can still take, the best-validation model, and the run's log, under ``<run>/``, and
+its record ``<run>.json``. ``restore`` puts them back into a fresh queue's run directory,
+after checking every file against the SHA-256 recorded when it was handed off and the run's
+configuration against the one it was trained with; the trainer then resumes from them exactly
+as it would have in the first checkout (on the same CPU kernels: see ``KERNEL_ENV``). Once the
+run has finished and is published, its hand-off is deleted (``forget``).
+
+The hand-off never goes into git: ``DIR`` lies outside the repository, or inside it where git
+ignores it (``checked_dir``). A model checkpoint once committed stays in the history, deleted
+or not, and every clone pays for it forever (the hand-offs committed under ``results/`` once
+made a clone transfer 863 MiB). To carry a hand-off to another machine, copy ``DIR`` there.
 
 Each hand-off records the stretch of training it ends (``segments``: updates, wall time,
 command, commit, hardware), so the published run states where and how long it trained.
@@ -23,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,7 +37,6 @@ from typing import Any
 from synattn_shared.atomic import atomic_path, atomic_write_text
 from synattn_shared.manifest import sha256_file
 
-HANDOFF = "handoff"
 # where a handed-off file may go inside a run directory: the trainer's own names
 TARGET_RE = re.compile(r"checkpoints/(ckpt-\d{8}|resume)\.pt|best\.pt|metrics\.jsonl|config\.json")
 ROUNDING_KEYS = ("cpu_isa", "device", "threads_per_worker", "torch")
@@ -50,13 +55,34 @@ def command_line(script: str, argv: list[str], env: Mapping[str, str]) -> str:
     return " ".join([*kernels, f"python {script}", *argv])
 
 
-def record_path(out: Path, run: str) -> Path:
-    """``<study results>/handoff/<run>.json``: the hand-off's record."""
-    return out / HANDOFF / f"{run}.json"
+def checked_dir(path: Path, repo: Path, option: str = "--hand-off-dir") -> Path:
+    """``path`` resolved, where a hand-off may go: outside the repository ``repo``, or inside it
+    where git ignores it (``build/``). Anywhere else it would be committed, and a checkpoint in
+    git history is paid by every clone forever: ``SystemExit`` says so."""
+    where = path.expanduser().resolve()
+    if not where.is_relative_to(repo.resolve()):
+        return where
+    probe = subprocess.run(["git", "check-ignore", "-q", str(where)], cwd=repo,
+                           capture_output=True, text=True)  # fmt: skip
+    if probe.returncode == 0:
+        return where
+    if probe.returncode != 1:  # not a yes or a no: git could not tell
+        raise SystemExit(f"{option} {path}: inside the repository, and git cannot tell whether "
+                         f"it ignores it ({probe.stderr.strip()}): the hand-off could be "
+                         "committed; name a directory outside the repository")  # fmt: skip
+    raise SystemExit(f"{option} {path}: inside the repository and not ignored by git, so the "
+                     "hand-off would be committed (a checkpoint in git history is paid by every "
+                     "clone forever); name a directory outside the repository, or under "
+                     "build/")  # fmt: skip
 
 
-def load_record(out: Path, run: str) -> dict[str, Any] | None:
-    path = record_path(out, run)
+def record_path(home: Path, run: str) -> Path:
+    """``<home>/<run>.json``: the hand-off's record in the study's hand-off directory."""
+    return home / f"{run}.json"
+
+
+def load_record(home: Path, run: str) -> dict[str, Any] | None:
+    path = record_path(home, run)
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
@@ -74,7 +100,7 @@ def resume_state(run_dir: Path) -> tuple[Path, int] | None:
 
 def averageable(updates: list[int], resolved: dict[str, Any]) -> list[int]:
     """The checkpoint updates the run's final average can still take: those inside the final
-    window of ``train.max_updates`` (DECISIONS §7); earlier ones are never averaged."""
+    window of ``train.max_updates`` (docs/papers/index.md); earlier ones are never averaged."""
     from synattn_trainer.config import TrainConfig
     from synattn_trainer.selection import window_start
 
@@ -86,11 +112,12 @@ def averageable(updates: list[int], resolved: dict[str, Any]) -> list[int]:
 
 
 def hand_off(
-    run: str, run_dir: Path, out: Path, digest: str, resolved: dict[str, Any],
+    run: str, run_dir: Path, home: Path, digest: str, resolved: dict[str, Any],
     stretch: dict[str, Any],
 ) -> dict[str, Any] | None:  # fmt: skip
-    """Copy the stopped run in ``run_dir`` into ``<out>/handoff/<run>/`` and write its record;
-    None (and nothing written) when the run never saved a state. ``digest``: the run's spec
+    """Copy the stopped run in ``run_dir`` into ``<home>/<run>/`` and write its record
+    ``<home>/<run>.json`` (``home``: the study's hand-off directory, ``<DIR>/<study>``); None
+    (and nothing written) when the run never saved a state. ``digest``: the run's spec
     digest; ``stretch``: this stretch's ``wall_s``, command, commit, hardware and kernel
     settings, appended to the segments of an earlier hand-off the run was restored from."""
     import torch
@@ -101,13 +128,13 @@ def hand_off(
     if found is None:
         return None
     point, update = found
-    earlier = load_record(out, run)
+    earlier = load_record(home, run)
     if earlier is not None and int(earlier["update"]) >= update:
         return earlier  # nothing trained since it was restored: the hand-off stands as it is
     segments = list(earlier["segments"]) if earlier else []
     start = int(earlier["update"]) if earlier else 0
     segments.append({"from_update": start, "to_update": update, **stretch})
-    where = out / HANDOFF / run
+    where = home / run
     if where.exists():
         shutil.rmtree(where)
     where.mkdir(parents=True)
@@ -117,7 +144,7 @@ def hand_off(
         dest = where / target.replace("/", "__")
         with atomic_path(dest) as tmp:
             write(tmp)
-        files.append({"file": str(dest.relative_to(out)), "to": target,
+        files.append({"file": str(dest.relative_to(home)), "to": target,
                       "bytes": dest.stat().st_size, "sha256": sha256_file(dest)})  # fmt: skip
 
     put(f"checkpoints/{point.name}", lambda tmp: shutil.copyfile(point, tmp))
@@ -134,23 +161,23 @@ def hand_off(
             put(name, lambda tmp, src=run_dir / name: shutil.copyfile(src, tmp))
     record = {"run": run, "spec_digest": digest, "update": update, "files": files,
               "segments": segments}  # fmt: skip
-    atomic_write_text(record_path(out, run), json.dumps(record, indent=1) + "\n")
+    atomic_write_text(record_path(home, run), json.dumps(record, indent=1) + "\n")
     return record
 
 
-def problem(record: dict[str, Any], out: Path, digest: str) -> str | None:
+def problem(record: dict[str, Any], home: Path, digest: str) -> str | None:
     """Why a hand-off cannot continue the queued run here, or None. The record is a file
-    anyone can edit: every file lies in ``<out>/handoff/<run>/``, goes to a name the trainer
+    anyone can edit: every file lies in ``<home>/<run>/``, goes to a name the trainer
     writes, and has the SHA-256 recorded when it was handed off."""
     run = record.get("run", "?")
     if record.get("spec_digest") != digest:
         return (f"{run}: handed off with another configuration than the queued run's (delete "
-                f"{record_path(out, run)} to train it from the start)")  # fmt: skip
-    home = (out / HANDOFF / run).resolve()
+                f"{record_path(home, run)} to train it from the start)")  # fmt: skip
+    inside = (home / str(run)).resolve()
     for f in record.get("files", []):
-        path = out / str(f.get("file"))
-        if path.resolve().parent != home:
-            return f"{run}: {f.get('file')!r} lies outside {out / HANDOFF / run}"
+        path = home / str(f.get("file"))
+        if path.resolve().parent != inside:
+            return f"{run}: {f.get('file')!r} lies outside {home / str(run)}"
         if not TARGET_RE.fullmatch(str(f.get("to"))):
             return f"{run}: {f.get('to')!r} is not a file the trainer writes"
         if not path.is_file():
@@ -162,7 +189,7 @@ def problem(record: dict[str, Any], out: Path, digest: str) -> str | None:
     return None
 
 
-def restore(record: dict[str, Any], out: Path, run_dir: Path) -> bool:
+def restore(record: dict[str, Any], home: Path, run_dir: Path) -> bool:
     """Put a checked hand-off into the queued run's directory; False (nothing copied) when the
     directory already holds a state at least as new (the same checkout going on)."""
     here = resume_state(run_dir) if (run_dir / "checkpoints").is_dir() else None
@@ -172,7 +199,7 @@ def restore(record: dict[str, Any], out: Path, run_dir: Path) -> bool:
         dest = run_dir / f["to"]
         dest.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(dest) as tmp:
-            shutil.copyfile(out / f["file"], tmp)
+            shutil.copyfile(home / f["file"], tmp)
     return True
 
 
@@ -188,12 +215,13 @@ def rounding_change(record: dict[str, Any], now: dict[str, Any]) -> str | None:
     return ", ".join(changed) or None
 
 
-def forget(out: Path, run: str) -> None:
-    """Delete a run's hand-off from ``results/`` (once the finished run is published)."""
-    shutil.rmtree(out / HANDOFF / run, ignore_errors=True)
-    record_path(out, run).unlink(missing_ok=True)
-    if (out / HANDOFF).is_dir() and not any((out / HANDOFF).iterdir()):
-        (out / HANDOFF).rmdir()
+def forget(home: Path, run: str) -> None:
+    """Delete a run's hand-off from the study's hand-off directory ``home`` (once the finished
+    run is published), and the directory once no hand-off is left in it."""
+    shutil.rmtree(home / run, ignore_errors=True)
+    record_path(home, run).unlink(missing_ok=True)
+    if home.is_dir() and not any(home.iterdir()):
+        home.rmdir()
 
 
 def stretch(

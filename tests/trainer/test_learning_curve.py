@@ -14,6 +14,8 @@ from synattn_shared.manifest import sha256_file
 from tests.conftest import bench_script
 from tests.trainer.conftest import tiny_config
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def _point(update: int) -> dict[str, float]:
     return {"update": update, "valid_bleu": 1.0 + update / 1000, "test_bleu": 1.0}
@@ -99,6 +101,56 @@ def test_a_converged_curve_is_left_as_it_is(
     assert (results / "vanilla-s1.json").read_text() == before
 
 
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--hand-off"], r"^--hand-off needs --hand-off-dir DIR"),
+        (["--hand-off", "--hand-off-dir", str(REPO / "results" / "x")], "would be committed"),
+        (["--hand-off-dir", str(REPO)], "would be committed"),
+    ],
+)
+def test_a_hand_off_needs_a_directory_outside_git(
+    extra: list[str], match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--hand-off`` needs ``--hand-off-dir``, and the directory may not be one git would
+    commit (a checkpoint in git history is paid by every clone forever): a one-line reason,
+    before anything is loaded or written."""
+    lc = bench_script("learning_curve")
+    results = tmp_path / "curve"
+    monkeypatch.setattr(sys, "argv", ["learning_curve.py", "--results", str(results), "--home",
+                                      str(tmp_path / "home"), *extra])  # fmt: skip
+    with pytest.raises(SystemExit, match=match) as stop:
+        lc.main()
+    assert "\n" not in str(stop.value) and not results.exists()
+    assert not (REPO / "results" / "x").exists()
+
+
+def test_a_converged_curve_from_before_the_hand_off_dir_still_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The published curves handed off into ``results/learning-curve/state/`` (deleted once
+    converged) keep loading: with or without a ``--hand-off-dir`` the command says the curve
+    converged, and the plot is drawn from the record."""
+    lc = bench_script("learning_curve")
+    results = tmp_path / "curve"
+    results.mkdir()
+    points = [_point(500), _point(1000), {"update": 1500, "valid_bleu": 0.5, "test_bleu": 1.0}]
+    record = {"points": points, "stopped": "converged",
+              "hand_off": {"update": 1000, "file": "state/vanilla-s1.pt", "sha256": "0" * 64,
+                           "checkpoint": "resume.pt"}}  # fmt: skip
+    (results / "vanilla-s1.json").write_text(json.dumps(record), encoding="utf-8")
+    base = ["learning_curve.py", "--results", str(results), "--home", str(tmp_path / "home"),
+            "--patience", "1"]  # fmt: skip
+    for extra in ([], ["--hand-off-dir", str(tmp_path / "handoff")]):
+        monkeypatch.setattr(sys, "argv", [*base, *extra])
+        lc.main()
+        assert "vanilla-s1: converged at update 1500" in capsys.readouterr().out
+    assert lc.handed_off_state(record["hand_off"], tmp_path / "handoff") is None
+    monkeypatch.setattr(sys, "argv", [*base, "--plot-only"])
+    lc.main()
+    assert (results / "curve.png").is_file()
+
+
 def test_set_aside_keeps_every_earlier_curve(tmp_path: Path) -> None:
     """A second restart keeps the first set-aside curve: each gets the next free number, and
     another system's curve stays where it is."""
@@ -118,12 +170,15 @@ def test_set_aside_keeps_every_earlier_curve(tmp_path: Path) -> None:
 def test_a_handed_off_state_continues_the_curve_exactly_on_a_fresh_checkout(
     m30k: dict[str, Path],
     tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A curve longer than a session: ``--hand-off`` copies the newest checkpoint into the
-    results with its digests; on a checkout without ``--home`` the same command continues from
-    it, and the points it then scores are those of a run never interrupted."""
+    ``--hand-off-dir`` (never the results, which are committed) and writes its name and
+    digests into the record; on a checkout without ``--home`` the same command with the same
+    directory continues from it, and the points it then scores are those of a run never
+    interrupted. Without the directory it stops and names the option."""
     lc = bench_script("learning_curve")
     monkeypatch.setattr(lc, "REPO", tmp_path)
     raw = tiny_config(m30k).model_dump(mode="json")
@@ -148,19 +203,26 @@ def test_a_handed_off_state_continues_the_curve_exactly_on_a_fresh_checkout(
         m.setattr(lc, "converged", lambda points, patience: len(points) >= 1)
         m.setattr(sys, "argv", command(results, home))
         lc.main()
-    monkeypatch.setattr(sys, "argv", command(results, home, "--hand-off"))
+    hand_offs = tmp_path_factory.mktemp("handoff")  # outside the (monkeypatched) repository
+    monkeypatch.setattr(sys, "argv", command(results, home, "--hand-off", "--hand-off-dir",
+                                             str(hand_offs)))  # fmt: skip
     lc.main()
     record = json.loads((results / "vanilla-s3.json").read_text())
     entry = record["hand_off"]
     assert entry["update"] == 2 and entry["checkpoint"] == "resume.pt"  # saved at the stop
-    state = results / entry["file"]
-    assert state == results / "state" / "vanilla-s3.pt"
+    assert entry["file"] == "vanilla-s3.pt"
+    state = hand_offs / entry["file"]
     assert entry["bytes"] == state.stat().st_size and entry["sha256"] == sha256_file(state)
+    assert not (results / "state").exists() and not list(results.rglob("*.pt"))
     assert "--hand-off" not in record["command"]  # the training command stays the record's
     assert [(s["from_update"], s["to_update"]) for s in record["segments"]] == [(0, 2)]
 
     shutil.rmtree(home)  # the next checkout: results committed, build/ gone
     monkeypatch.setattr(sys, "argv", command(results, home))
+    with pytest.raises(SystemExit, match=r"handed off at update 2 as vanilla-s3\.pt; pass "
+                                         "--hand-off-dir DIR"):  # fmt: skip
+        lc.main()
+    monkeypatch.setattr(sys, "argv", command(results, home, "--hand-off-dir", str(hand_offs)))
     capsys.readouterr()
     lc.main()
     said = capsys.readouterr().out
@@ -214,7 +276,10 @@ def test_the_recorded_command_keeps_the_kernel_choice() -> None:
 
 
 def test_a_handed_off_state_that_does_not_match_is_refused(
-    m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    m30k: dict[str, Path],
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The next checkout continues only from the very file handed off, with the recipe and the
     training ids it was trained on, and never from before the curve's last point: otherwise a
@@ -227,8 +292,10 @@ def test_a_handed_off_state_that_does_not_match_is_refused(
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(raw), encoding="utf-8")
     results, home = tmp_path / "curve", tmp_path / "home"
+    hand_offs = tmp_path_factory.mktemp("handoff")
     args = ["learning_curve.py", "--config", str(config), "--seed", "5", "--home", str(home),
-            "--results", str(results), "--every", "2", "--max-updates", "2"]  # fmt: skip
+            "--results", str(results), "--hand-off-dir", str(hand_offs), "--every", "2",
+            "--max-updates", "2"]  # fmt: skip
     monkeypatch.setattr(sys, "argv", args)
     lc.main()
     with pytest.raises(SystemExit, match="another configuration"):
@@ -250,7 +317,7 @@ def test_a_handed_off_state_that_does_not_match_is_refused(
     with monkeypatch.context() as m:
         m.setattr(lc, "corpus_digest", lambda tok, corpus: "other ids")
         refused("training data or vocabulary differs", args)
-    state = results / "state" / "vanilla-s5.pt"
+    state = hand_offs / "vanilla-s5.pt"
     good = state.read_bytes()
     state.write_bytes(good + b"\0")
     refused("SHA-256", args)
@@ -300,14 +367,20 @@ def test_averages_come_from_the_final_quarter_and_skip_points_missing_checkpoint
     }
     (ckpts / "ckpt-00008000.pt").write_bytes(b"")  # a checkpoint of its own wins
     assert lc.kept_checkpoints(tmp_path / "run", (8000, state))[8000] == ckpts / "ckpt-00008000.pt"
-    # only the state handed off stands in: inside <results>/state, its digest as recorded
-    (tmp_path / "state").mkdir()
-    good = tmp_path / "state" / "v.pt"
+    # only the state handed off stands in: inside the --hand-off-dir, its digest as recorded
+    hand_offs = tmp_path / "handoff"
+    hand_offs.mkdir()
+    good = hand_offs / "v.pt"
     good.write_bytes(b"w")
-    entry = {"update": 8000, "file": "state/v.pt", "sha256": sha256_file(good)}
-    assert lc.handed_off_state(entry, tmp_path) == (8000, good)
-    assert lc.handed_off_state(None, tmp_path) is None
-    assert lc.handed_off_state({**entry, "sha256": "0" * 64}, tmp_path) is None
+    entry = {"update": 8000, "file": "v.pt", "sha256": sha256_file(good)}
+    assert lc.handed_off_state(entry, hand_offs) == (8000, good)
+    assert lc.handed_off_state(None, hand_offs) is None
+    assert lc.handed_off_state(entry, None) is None  # no --hand-off-dir given
+    assert lc.handed_off_state({**entry, "sha256": "0" * 64}, hand_offs) is None
     (tmp_path / "v.pt").write_bytes(b"w")
-    assert lc.handed_off_state({**entry, "file": "state/../v.pt"}, tmp_path) is None
+    assert lc.handed_off_state({**entry, "file": "../v.pt"}, hand_offs) is None
+    assert lc.handed_off_state({**entry, "file": str(tmp_path / "v.pt")}, hand_offs) is None
+    # a record from before the --hand-off-dir (its state under results/, since deleted)
+    old = {"update": 8000, "file": "state/v.pt", "sha256": entry["sha256"]}
+    assert lc.handed_off_state(old, hand_offs) is None
     assert lc.kept_checkpoints(tmp_path / "run", (8000, state))[8000] == ckpts / "ckpt-00008000.pt"

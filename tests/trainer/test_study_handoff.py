@@ -1,9 +1,11 @@
-"""bench/study_handoff.py: a study's unfinished run carried from one checkout to the next."""
+"""bench/study_handoff.py: a study's unfinished run carried from one checkout to the next,
+through a directory the user names (``--hand-off-dir``), never through git."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ from synattn_trainer.checkpoint import checkpoints, update_of
 from synattn_trainer.train import Trainer
 from tests.conftest import bench_script
 from tests.trainer.conftest import tiny_config
+
+REPO = Path(__file__).resolve().parents[2]
 
 STRETCH = {"wall_s": 12.5, "command": "python bench/reproduce.py x.yaml", "git_commit": "abc",
            "hardware": {"cpu_isa": "AVX2", "device": "cpu", "threads_per_worker": 1,
@@ -50,7 +54,7 @@ def test_a_handed_off_run_finishes_bit_for_bit_as_the_uninterrupted_one(
     assert Trainer(cfg, first, progress=False).train(stop_after_updates=13).stopped == (
         "interrupted"
     )
-    out = tmp_path / "results" / "study"
+    out = tmp_path / "handoff" / "study"  # <--hand-off-dir>/<study>
     resolved = cfg.model_dump(mode="json")
     record = hof.hand_off("vanilla-s1", first, out, "d1", resolved, STRETCH)
     assert record["update"] == 13
@@ -60,8 +64,11 @@ def test_a_handed_off_run_finishes_bit_for_bit_as_the_uninterrupted_one(
     twelve = torch.load(out / moved["checkpoints/ckpt-00000012.pt"]["file"], weights_only=False)
     assert set(twelve) == {"model", "update"}  # weights alone: no optimiser state
     assert record["segments"] == [{"from_update": 0, "to_update": 13, **STRETCH}]
-    on_disk = json.loads((out / "handoff" / "vanilla-s1.json").read_text())
+    on_disk = json.loads((out / "vanilla-s1.json").read_text())
     assert on_disk == record
+    assert {f["file"] for f in record["files"]} == {
+        f"vanilla-s1/{target.replace('/', '__')}" for target in moved
+    }
 
     second = tmp_path / "checkout2" / "run"  # the next checkout: build/ is gone
     shutil.rmtree(tmp_path / "checkout1")
@@ -112,11 +119,11 @@ def test_handing_off_again_adds_a_stretch_and_a_published_run_forgets_its_hand_o
 ) -> None:
     """A run handed off twice records both stretches (the second from where the first
     ended); one that was restored and not trained keeps its hand-off as it was; once the
-    finished run is published, its files leave ``results/``."""
+    finished run is published, its files leave the hand-off directory."""
     hof = bench_script("study_handoff")
     cfg = _config(m30k)
     resolved = cfg.model_dump(mode="json")
-    out = tmp_path / "results"
+    out = tmp_path / "handoff" / "study"
     one = tmp_path / "one"
     Trainer(cfg, one, progress=False).train(stop_after_updates=5)
     first = hof.hand_off("x-s1", one, out, "d", resolved, STRETCH)
@@ -133,7 +140,7 @@ def test_handing_off_again_adds_a_stretch_and_a_published_run_forgets_its_hand_o
     same = {**STRETCH["hardware"], "kernel_env": STRETCH["kernel_env"]}
     assert hof.rounding_change(second, same) is None
     hof.forget(out, "x-s1")
-    assert not (out / "handoff").exists()
+    assert not out.exists() and (tmp_path / "handoff").is_dir()  # the user's directory stays
 
 
 def test_an_empty_run_has_nothing_to_hand_off(tmp_path: Path) -> None:
@@ -153,9 +160,10 @@ def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publis
     m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """bench/reproduce.py across two checkouts: the first queue's stopped run is handed off
-    into results/, the second queue (a fresh --home) restores it into its own run directory
-    and puts it first; once it finishes, its record states both stretches and its wall time
-    counts both, and the hand-off leaves results/."""
+    into the --hand-off-dir, the second queue (a fresh --home) restores it into its own run
+    directory and puts it first; once it finishes, its record states both stretches and its
+    wall time counts both, and the hand-off leaves the --hand-off-dir. No checkpoint ever
+    lands in results/."""
     from synattn_jobs.store import JobStore
 
     repro = bench_script("reproduce")
@@ -163,6 +171,7 @@ def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publis
     cfg = _config(m30k)
     spec = {"resolved": cfg.model_dump(mode="json")}
     results = tmp_path / "results"
+    hand_offs = tmp_path / "handoff"
 
     def queue(home: Path) -> tuple[JobStore, str, dict[str, Any]]:
         (home / "jobs").mkdir(parents=True)
@@ -181,14 +190,15 @@ def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publis
     store.release(jobs["vanilla-s1"].id, "w", "worker shut down; requeued")
     meta = {"command": "python bench/reproduce.py g.yaml", "git_commit": "abc",
             "hardware": STRETCH["hardware"]}  # fmt: skip
-    handed = repro.hand_off_stopped(exp_id, results, meta)
+    handed = repro.hand_off_stopped(exp_id, hand_offs, meta)
     assert len(handed) == 1 and handed[0].startswith("vanilla-s1@7 (")  # dea-s1 never trained
-    record = json.loads((results / "hof" / "handoff" / "vanilla-s1.json").read_text())
+    record = json.loads((hand_offs / "hof" / "vanilla-s1.json").read_text())
+    assert (hand_offs / "hof" / "vanilla-s1" / "checkpoints__resume.pt").is_file()
     assert record["segments"][0]["wall_s"] >= 0 and record["segments"][0]["to_update"] == 7
 
     store2, exp2, jobs2 = queue(tmp_path / "home2")
     now = {**STRETCH["hardware"], "kernel_env": {}}
-    assert repro.restore_handed_off(exp2, results, now) == ["vanilla-s1"]
+    assert repro.restore_handed_off(exp2, hand_offs, now) == ["vanilla-s1"]
     run2 = Path(jobs2["vanilla-s1"].out_dir)
     assert (run2 / "checkpoints" / "resume.pt").is_file()
     repro.put_first(exp2, ["vanilla-s1"])
@@ -201,7 +211,7 @@ def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publis
     store2.finish(jobs2["vanilla-s1"].id, "succeeded",
                   {"bleu": 20.0, "chrf": 50.0, "split": "test", "update": 14, "hyp": str(hyp),
                    "ref": str(run2 / "ref.test.txt")})  # fmt: skip
-    repro.publish(exp2, results, meta, {"workers": 1, "threads": 1})
+    repro.publish(exp2, results, meta, {"workers": 1, "threads": 1}, hand_offs)
     ledger = json.loads((results / "hof" / "runs" / "vanilla-s1.json").read_text())
     assert ledger["segments"] == record["segments"]
     assert ledger["earlier_wall_s"] == record["segments"][0]["wall_s"]
@@ -210,7 +220,12 @@ def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publis
     assert finished is not None and finished.finished_at and finished.started_at
     own = finished.finished_at - finished.started_at
     assert listed["vanilla-s1"]["wall_s"] == round(own + ledger["earlier_wall_s"], 1)
-    assert not (results / "hof" / "handoff").exists()
+    assert not (hand_offs / "hof").exists() and hand_offs.is_dir()
+    assert not [p for p in results.rglob("*") if p.suffix == ".pt"]
+    # published again without a --hand-off-dir: the ledger's own stretches count
+    again = repro.write_ledger(finished, results / "hof", {"workers": 1, "threads": 1}, None, None)
+    assert again["segments"] == record["segments"]
+    assert again["earlier_wall_s"] == ledger["earlier_wall_s"]
 
 
 def test_a_tampered_hand_off_stops_the_driver_instead_of_training_from_the_start(
@@ -225,10 +240,10 @@ def test_a_tampered_hand_off_stops_the_driver_instead_of_training_from_the_start
     spec = {"resolved": cfg.model_dump(mode="json")}
     old = tmp_path / "old"
     Trainer(cfg, old, progress=False).train(stop_after_updates=2)
-    results = tmp_path / "results"
-    record = hof.hand_off("vanilla-s1", old, results / "hof", repro.spec_digest(spec),
+    hand_offs = tmp_path / "handoff"
+    record = hof.hand_off("vanilla-s1", old, hand_offs / "hof", repro.spec_digest(spec),
                           spec["resolved"], STRETCH)  # fmt: skip
-    (results / "hof" / record["files"][0]["file"]).write_bytes(b"not a checkpoint")
+    (hand_offs / "hof" / record["files"][0]["file"]).write_bytes(b"not a checkpoint")
     home = tmp_path / "home"
     (home / "jobs").mkdir(parents=True)
     monkeypatch.setenv("SYNATTN_HOME", str(home / "jobs"))
@@ -237,5 +252,42 @@ def test_a_tampered_hand_off_stops_the_driver_instead_of_training_from_the_start
     store.create_job("train", "vanilla-s1", spec, str(home / "run"), experiment_id=exp.id,
                      variant="vanilla", seed=1)  # fmt: skip
     with pytest.raises(SystemExit, match=r"hand-off: vanilla-s1: .*SHA-256 differs"):
-        repro.restore_handed_off(exp.id, results, {})
+        repro.restore_handed_off(exp.id, hand_offs, {})
     assert not (home / "run").exists()
+
+
+def test_the_hand_off_dir_lies_outside_git(tmp_path: Path) -> None:
+    """A hand-off holds model checkpoints: a directory outside the repository, or one git
+    ignores (build/), is taken; one inside the repository that git does not ignore would be
+    committed, and a checkpoint in git history is paid by every clone forever."""
+    hof = bench_script("study_handoff")
+    assert hof.checked_dir(tmp_path / "h", REPO) == (tmp_path / "h").resolve()
+    assert hof.checked_dir(REPO / "build" / "handoff", REPO) == REPO / "build" / "handoff"
+    for inside in (REPO / "results" / "handoff", REPO, REPO / "build" / ".." / "results"):
+        with pytest.raises(SystemExit, match=r"--hand-off-dir .*would be committed"):
+            hof.checked_dir(inside, REPO)
+    assert not (REPO / "results" / "handoff").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--hand-off-after", "9000"], r"^--hand-off-after needs --hand-off-dir DIR"),
+        (["--hand-off"], r"^--hand-off needs --hand-off-dir DIR"),
+        (["--hand-off", "--hand-off-dir", str(REPO / "results" / "x")], "would be committed"),
+        (["--hand-off-after", "1", "--hand-off-dir", "results/x"], "would be committed"),
+    ],
+)
+def test_the_driver_refuses_a_hand_off_without_a_directory_outside_git(
+    argv: list[str], match: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--hand-off-after`` and ``--hand-off`` need ``--hand-off-dir``, outside git's reach:
+    the driver stops with a one-line reason before it touches a queue."""
+    repro = bench_script("reproduce")
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(sys, "argv", ["reproduce.py", "x.yaml", "--home", str(tmp_path), *argv])
+    monkeypatch.setattr(repro, "settings_env", lambda home: pytest.fail("went on"))
+    with pytest.raises(SystemExit, match=match) as stop:
+        repro.main()
+    assert "\n" not in str(stop.value)
+    assert repro.checked_hand_off_dir(None, False, None) is None  # publishing alone needs none
