@@ -1,13 +1,15 @@
 """The attention explorer in a real browser, against a real job API and real trained runs (a
 worker trains two small runs on the embedded queue): the layers x heads grid holds the API's
 numbers, one head enlarged with one dependency arc per non-root word, two runs compared with
-their difference, permalinks, and another user's run is a 404 on the page as in the API."""
+their difference, permalinks, a sentence the user types (parsed as the run's data was, shown
+with the model's translation), and another user's run is a 404 on the page as in the API."""
 
 from __future__ import annotations
 
 import os
 import shutil
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -27,6 +29,7 @@ from tests.jobs.conftest import Env, h, serving
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SYNTAX = {"enc_self": [{"name": "fixed", "layers": [0], "options": {"fixed": 3}},
                        {"name": "slr", "layers": [1], "options": {"mode": "gated"}}]}  # fmt: skip
+TYPED = "Two dogs run across the green field ."
 
 
 def _train(base: str, token: str, name: str, overrides: dict) -> str:  # type: ignore[type-arg]
@@ -142,6 +145,7 @@ def test_explorer_grid_detail_compare_and_permalinks(
         assert asked == 2, asked
         assert_accessible_basics(browser)
         assert_own_origin(browser, base)
+        _typed_sentence(browser, base, token, syntax, plain, tmp_path)
         # another user's run: 404 in the API and on the page
         mallory = env.cli("token", "create", "mallory").stdout.strip()
         assert httpx.post(f"{base}/v1/jobs/{syntax}/attention", headers=h(mallory),
@@ -156,3 +160,73 @@ def test_explorer_grid_detail_compare_and_permalinks(
         note = browser.find_element(By.ID, "explorer-note").text
         assert f"No attention for job {syntax}: 404" in note
         assert not browser.find_elements(By.CSS_SELECTOR, "#ex-grid button.head")
+
+
+def _typed_sentence(
+    browser: WebDriver, base: str, token: str, syntax: str, plain: str, tmp_path: Path
+) -> None:
+    """A sentence typed into the explorer, with the compare run still chosen: each run's
+    translation beside the maps, which hold the API's numbers for that text; encoder maps
+    compared (same source subwords); a permalink that opens the same sentence."""
+    url, body = f"{base}/v1/jobs/{{}}/attention", {"text": TYPED}
+    want = {
+        job: httpx.post(url.format(job), headers=h(token), json=body, timeout=180).json()
+        for job in (syntax, plain)
+    }
+    assert want[syntax]["translation"] and want[syntax]["syntax"]["words"] == TYPED.split(" ")
+    field = browser.find_element(By.ID, "ex-text")
+    field.clear()
+    field.send_keys(TYPED)
+    assert browser.execute_script(
+        "return document.getElementById('ex-row').disabled && "
+        "document.getElementById('ex-split').disabled;"
+    )
+    click(browser, "#explorer-form button[type=submit]")
+    done = f"{syntax}/text/{TYPED}/enc_self/1/2/{plain}"
+    wait_for(browser, f"document.body.dataset.explorer === {done!r}", 180)
+    lines = {
+        t.get_attribute("data-job"): t.text
+        for t in browser.find_elements(By.CSS_SELECTOR, "#ex-translation .translation")
+    }
+    assert lines == {
+        syntax: f"syntax-run translates: {want[syntax]['translation']}",
+        plain: f"plain-run translates: {want[plain]['translation']}",
+    }
+    note = browser.find_element(By.ID, "explorer-note").text
+    assert note.startswith("your sentence (parsed as the run's training data was): ")
+    assert "teacher-forced on the model's own greedy translation" in note
+    api = want[syntax]
+    for head in range(4):
+        got = _cells(browser, f"#ex-grid button.head[data-module='enc_self.1'][data-head='{head}']"
+                              " rect.cell")  # fmt: skip
+        want_cells = np.asarray(api["modules"]["enc_self.1"][head]).ravel()
+        np.testing.assert_allclose(got, want_cells, rtol=0, atol=1e-12)
+    ktoks = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#ex-map-a text.ktok")]
+    assert ktoks == api["tokens"]["source"]
+    Select(browser.find_element(By.ID, "ex-overlay")).select_by_value("arcs")  # not linked
+    wait_for(browser, "document.querySelectorAll('#ex-map-a path.arc').length > 0")
+    arcs = browser.find_elements(By.CSS_SELECTOR, "#ex-map-a path.arc")
+    assert len(arcs) == len(api["syntax"]["arcs"]) == 7  # eight words, one root
+    a = np.asarray(api["modules"]["enc_self.1"][2])
+    b = np.asarray(want[plain]["modules"]["enc_self.1"][2])
+    np.testing.assert_allclose(_cells(browser, "#ex-map-diff rect.cell"), (a - b).ravel(),
+                               atol=1e-9)  # fmt: skip
+    browser.execute_script("document.getElementById('explorer-note').scrollIntoView();")
+    screenshot(browser, tmp_path / "attention-typed.png")
+    # the permalink names the sentence and opens it again, translation and all
+    link = browser.current_url
+    assert f"#attention/{syntax}/text/{quote(TYPED, safe='')}/enc_self/1/2/vs/{plain}" in link
+    browser.get(base + "/")
+    browser.get(link)
+    wait_for(browser, f"document.body.dataset.explorer === {done!r}", 60)
+    assert browser.find_element(By.ID, "ex-text").get_attribute("value") == TYPED
+    shown = browser.find_element(By.CSS_SELECTOR, f"#ex-translation [data-job='{syntax}']").text
+    assert shown == f"syntax-run translates: {api['translation']}"
+    # cleared, a row is shown again (the form's, 0 on a fresh page), without a translation
+    field = browser.find_element(By.ID, "ex-text")
+    field.clear()
+    click(browser, "#explorer-form button[type=submit]")
+    wait_for(browser, f"document.body.dataset.explorer?.startsWith('{syntax}/valid/0/')", 60)
+    assert browser.find_element(By.ID, "ex-row").is_enabled()
+    assert not browser.find_element(By.ID, "ex-translation").is_displayed()
+    assert_accessible_basics(browser)

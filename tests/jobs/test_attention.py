@@ -14,6 +14,7 @@ import numpy as np
 
 from tests.jobs.conftest import Env, h, serving
 
+SENTENCE = "Two dogs run across the green field ."
 ATTENTION = {
     "enc_self": [
         {"name": "fixed", "layers": [0], "options": {"fixed": 3}},
@@ -115,7 +116,8 @@ def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
             ({"row": 10_000}, 422, "outside 0..59"),
             ({"row": -1}, 422, "row"),
             ({"row": 1, "text": "A dog."}, 422, "not both"),
-            ({"text": "A dog runs."}, 422, "SYNATTN_PARSER_URL"),
+            ({"text": "   "}, 422, "text:1: empty sentence"),
+            ({"text": "x" * 1001}, 422, "at most 1000"),
             ({"split": "train"}, 422, "split"),
             ({"row": 1e300}, 422, "row"),
             ({"row": 0, "extra": 1}, 422, "extra"),
@@ -125,6 +127,17 @@ def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
             assert words_ in bad.text, (payload, bad.text)
         assert httpx.post(f"{base}/v1/jobs/{'0' * 12}/attention", headers=h(token),
                           json={"row": 0}, timeout=120).status_code == 404  # fmt: skip
+        # free text in this process: parsed as the run's data was (no parser API is set),
+        # teacher-forced on the model's own greedy translation, which the answer carries
+        typed = httpx.post(url, headers=h(token), json={"text": SENTENCE}, timeout=180)
+        assert typed.status_code == 200, typed.text
+        local = typed.json()
+        assert local["row"] is None and local["split"] is None
+        assert local["syntax"]["words"] == SENTENCE.split(" ")
+        greedy = httpx.post(f"{base}/v1/jobs/{job}/translate", headers=h(token),
+                            json={"sentences": [SENTENCE], "beam": 1}, timeout=180)  # fmt: skip
+        assert local["translation"] == greedy.json()["translations"][0]
+        assert body["translation"] is None  # a row of the data: teacher-forced on its reference
         print(f"attention route: cold {cold * 1000:.0f} ms, warm {warm * 1000:.0f} ms")
     # a response never grows past the configured bound
     with serving(embedded, SYNATTN_ATTENTION_MAX_TOKENS="4") as (base, _, env):
@@ -135,11 +148,15 @@ def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
             f"{base}/v1/jobs/{job}/attention", headers=h(token), json={"row": 2}, timeout=120
         )
         assert small.status_code == 413 and "at most 4" in small.json()["detail"]
-    # free text through a real parser API: parsed by spaCy, teacher-forced on the model's own
-    # translation (there is no reference); a dead parser is a 502, not a 500
+        # a typed sentence too: refused before the model translates it
+        long = httpx.post(f"{base}/v1/jobs/{job}/attention", headers=h(token),
+                          json={"text": SENTENCE}, timeout=120)  # fmt: skip
+        assert long.status_code == 413 and "source subwords" in long.json()["detail"]
+    # free text through a real parser API (SYNATTN_PARSER_URL): the recorded parse, asked of
+    # the API, teacher-forced on the model's own translation; a dead parser is a 502, not a 500
     from tests.parser.conftest import TEST_LIMITS, api_server
 
-    sentence = "Two dogs run across the green field ."
+    sentence = SENTENCE
     with (
         api_server(TEST_LIMITS, tmp_path / "parser.log") as (parser, parser_url),
         serving(embedded, SYNATTN_PARSER_URL=parser_url) as (base, _, env),
@@ -156,6 +173,11 @@ def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
         assert free["tokens"]["target"][0] == "<s>"
         a = np.asarray(free["modules"]["enc_dec.1"])
         np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5)
+        # the parser API parses as this process did: the same answer
+        assert free["translation"] == local["translation"]
+        assert free["syntax"] == local["syntax"] and free["tokens"] == local["tokens"]
+        for name, heads in local["modules"].items():
+            np.testing.assert_allclose(free["modules"][name], heads, atol=1e-6, err_msg=name)
         parser.terminate()
         parser.wait(20)
         dead = httpx.post(f"{base}/v1/jobs/{job}/attention", headers=h(token),

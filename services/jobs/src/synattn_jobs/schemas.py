@@ -154,8 +154,9 @@ class Health(BaseModel):
 
 
 class AttentionRequest(Request):
-    """One sentence for the attention explorer: a row of the job's own data, or free text
-    (parsed by the parser API named in ``SYNATTN_PARSER_URL``)."""
+    """One sentence for the attention explorer: a row of the job's own data, or free text,
+    parsed as the run's training data was (the parser its checkpoint records: in this process,
+    or through the parser API named in ``SYNATTN_PARSER_URL``)."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -197,6 +198,11 @@ class AttentionView(BaseModel):
     )
     stats: dict[str, dict[str, list[float | None]]] = Field(
         description="per module: importance, confidence, gate per head, where the run has them"
+    )
+    translation: str | None = Field(
+        None,
+        description="free text: the model's greedy translation, which the target side is "
+        "teacher-forced on; null for a row of the data (teacher-forced on its reference)",
     )
     model_cached: bool = Field(description="the model was already loaded in this process")
 

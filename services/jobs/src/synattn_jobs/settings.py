@@ -125,9 +125,9 @@ class JobSettings(BaseSettings, ServeTimeouts):
     )
     parser_url: str = Field(
         "",
-        description="a parser API (http://host:8001) for the attention explorer's free text, "
-        "and for POST /v1/jobs/{id}/translate (which otherwise parses in this process, with the "
-        "parser package)",
+        description="a parser API (http://host:8001) that parses raw text for POST "
+        "/v1/jobs/{id}/translate and the attention explorer's free text, as the run's training "
+        "data was parsed (unset: they parse in this process, with the parser package)",
     )
     attention_models: int = Field(2, ge=1, le=16, description="models the explorer keeps loaded")
     attention_max_tokens: int = Field(

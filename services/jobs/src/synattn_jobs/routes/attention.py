@@ -4,7 +4,7 @@ sentence, beside the syntax the model read and what each head is (fixed, gated, 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import ORJSONResponse
@@ -14,6 +14,9 @@ from synattn_jobs.schemas import AttentionRequest, AttentionView
 from synattn_jobs.settings import JobSettings
 from synattn_shared.paths import UnsafePath, confine
 from synattn_shared.webapi import StrictJSONRoute, problems
+
+if TYPE_CHECKING:  # the trainer loads where a route uses it (501 when it is not installed)
+    from synattn_trainer.rawtext import ParseRecord, RecordedParser, RemoteParser
 
 router = APIRouter(prefix="/v1/jobs", route_class=StrictJSONRoute, tags=["attention"])
 
@@ -38,25 +41,62 @@ def _inside(path: str | None, settings: JobSettings, what: str) -> Path:
         raise HTTPException(409, f"the job's {what} lies outside the data root") from None
 
 
-def _parse(text: str, settings: JobSettings) -> dict[str, Any]:
-    """One sentence through the parser API (422 without one, 502 when it fails)."""
-    import httpx
+def _recorded_parser(
+    checkpoint: Path, settings: JobSettings
+) -> tuple[ParseRecord, RecordedParser | RemoteParser]:
+    """The parse a run's model was trained on (the record its checkpoint keeps, or for an older
+    run its training split's manifest) and a parser that parses raw text that way: in this
+    process, or through the parser API at ``SYNATTN_PARSER_URL`` when one is set.
 
-    if not settings.parser_url:
-        raise HTTPException(
-            422, "free text needs a parser API: set SYNATTN_PARSER_URL (or give a row)"
-        )
+    Raises:
+        HTTPException: 409 when the run's model file is unreadable or this server cannot parse
+            as its training data was parsed (with the reason); 501 without the parser package
+            and without a parser API.
+    """
+    from synattn_trainer import rawtext
+
     try:
-        resp = httpx.post(f"{settings.parser_url.rstrip('/')}/v1/parse",
-                          json={"sentences": [text]}, timeout=30)  # fmt: skip
-    except httpx.HTTPError as exc:
-        raise HTTPException(502, f"parser API unreachable: {type(exc).__name__}") from None
-    if resp.status_code != 200:
-        raise HTTPException(502, f"parser API answered {resp.status_code}")
-    sentence: dict[str, Any] = resp.json()["sentences"][0]
-    if sentence.get("error"):
-        raise HTTPException(422, f"the parser could not parse it: {sentence['error'][:200]}")
-    return sentence
+        entry, cfg = rawtext.checkpoint_entries(checkpoint)
+    except ValueError:
+        raise HTTPException(409, f"the run's model file {checkpoint.name} is unreadable") from None
+    train = None
+    if entry is None:  # a run from before checkpoints kept their parse: its data's manifest
+        train = _inside((cfg.get("data") or {}).get("train"), settings, "training split")
+    parser: RecordedParser | RemoteParser
+    try:
+        record = rawtext.parse_record(entry, train, checkpoint.name)
+        if settings.parser_url:  # the parser API the operator named parses for this process
+            parser = rawtext.RemoteParser(record, settings.parser_url)
+        else:
+            parser = rawtext.cached_parser(record)
+    except rawtext.ParserMissing as exc:
+        raise HTTPException(501, f"{exc}, or set SYNATTN_PARSER_URL to a parser API") from None
+    except rawtext.ParseMismatch as exc:
+        raise HTTPException(409, str(exc).replace(str(settings.data_root), "DATA_ROOT")) from None
+    return record, parser
+
+
+def _text_row(text: str, checkpoint: Path, settings: JobSettings) -> dict[str, Any]:
+    """One typed sentence as the shard row the run's recorded parse makes of it.
+
+    Raises:
+        HTTPException: 422 for an empty sentence or one the parser API could not parse, 409
+            for another parse than the recorded one, 501 without a parser, 502 when the
+            parser API does not answer.
+    """
+    from synattn_shared.errors import SyntaxInputError
+    from synattn_trainer import rawtext
+
+    _, parser = _recorded_parser(checkpoint, settings)
+    try:
+        (row,) = parser.rows([text], source="text")
+    except SyntaxInputError as exc:
+        raise HTTPException(422, str(exc)) from None
+    except rawtext.ParseMismatch as exc:  # the parser API's parser is another one
+        raise HTTPException(409, str(exc)) from None
+    except rawtext.ParserUnreachable as exc:
+        raise HTTPException(502, str(exc)) from None
+    return dict(row)
 
 
 @router.post(
@@ -69,7 +109,10 @@ def attention(
 ) -> Any:
     """Every module's applied attention for one sentence of a finished training job you own:
     ``[heads][queries][keys]`` per module, exactly what ``synattn attention`` exports for the
-    same checkpoint and row; the syntax it read; each head's role and recorded statistics."""
+    same checkpoint and row; the syntax it read; each head's role and recorded statistics.
+    Free text (``text``) is parsed as the run's training data was (a 409 says why when this
+    server cannot), translated greedily by the model, and teacher-forced on that translation,
+    which the answer carries as ``translation``."""
     if job.kind != "train":
         raise HTTPException(
             409, f"job {job.id} is a {job.kind} job; attention needs a training job"
@@ -84,14 +127,25 @@ def attention(
     checkpoint = _inside(result.get("checkpoint"), settings, "checkpoint")
     if not checkpoint.is_file():
         raise HTTPException(409, f"the run's model file {checkpoint.name} is gone")
-    run, cached = _cache(request, settings).model(checkpoint)
-    dep_rel = None
+    limit = settings.attention_max_tokens
+    translation = None
     if req.text is not None:
-        parsed = _parse(req.text, settings)
+        parsed = _text_row(req.text, checkpoint, settings)
+        run, cached = _cache(request, settings).model(checkpoint)
+        from synattn_trainer.data import corpus_from_rows
+
+        source = corpus_from_rows([parsed], run.tok, source_eos=run.cfg.data.source_eos)
+        if len(source.src[0]) > limit:  # refused before the model translates it
+            raise HTTPException(
+                413, f"the sentence has {len(source.src[0])} source subwords; the explorer "
+                f"shows at most {limit} (SYNATTN_ATTENTION_MAX_TOKENS)",
+            )  # fmt: skip
         with run.lock:
             corpus, row = explorer.text_corpus(run, parsed), 0
         dep_rel = parsed.get("dep_rel")
+        translation = corpus.refs[0]
     else:
+        run, cached = _cache(request, settings).model(checkpoint)
         split = getattr(run.cfg.data, req.split)
         if split is None:
             raise HTTPException(422, f"the run has no {req.split} split")
@@ -102,7 +156,6 @@ def attention(
             raise HTTPException(422, f"row {row} is outside 0..{len(corpus) - 1} of {req.split}")
         dep_rel = _cache(request, settings).dep_rels(data)[row]
     src_len, tgt_len = len(corpus.src[row]), len(corpus.tgt[row]) - 1
-    limit = settings.attention_max_tokens
     if max(src_len, tgt_len) > limit:
         raise HTTPException(
             413, f"the sentence has {src_len} source and {tgt_len} target subwords; the "
@@ -117,6 +170,7 @@ def attention(
         "job": job.id,
         "split": None if req.text is not None else req.split,
         "row": None if req.text is not None else row,
+        "translation": translation,  # the model's own (greedy) translation of free text
         "tokens": {"source": src, "target": tgt},
         "modules": arrays,
         "roles": roles,

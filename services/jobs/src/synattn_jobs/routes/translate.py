@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 
 from synattn_jobs.deps import OwnedJob, Settings
-from synattn_jobs.routes.attention import _cache, _inside
+from synattn_jobs.routes.attention import _cache, _inside, _recorded_parser
 from synattn_jobs.schemas import TranslateRequest, TranslateView
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.webapi import StrictJSONRoute, problems
@@ -42,24 +42,7 @@ def translate(req: TranslateRequest, job: OwnedJob, settings: Settings, request:
     checkpoint = _inside((job.result or {}).get("checkpoint"), settings, "checkpoint")
     if not checkpoint.is_file():
         raise HTTPException(409, f"the run's model file {checkpoint.name} is gone")
-    try:
-        entry, cfg = rawtext.checkpoint_entries(checkpoint)
-    except ValueError:
-        raise HTTPException(409, f"the run's model file {checkpoint.name} is unreadable") from None
-    train = None
-    if entry is None:  # a run from before checkpoints kept their parse: its data's manifest
-        train = _inside((cfg.get("data") or {}).get("train"), settings, "training split")
-    parser: rawtext.RecordedParser | rawtext.RemoteParser
-    try:
-        record = rawtext.parse_record(entry, train, checkpoint.name)
-        if settings.parser_url:  # the parser API the operator named parses for this process
-            parser = rawtext.RemoteParser(record, settings.parser_url)
-        else:
-            parser = rawtext.cached_parser(record)
-    except rawtext.ParserMissing as exc:
-        raise HTTPException(501, f"{exc}, or set SYNATTN_PARSER_URL to a parser API") from None
-    except rawtext.ParseMismatch as exc:
-        raise HTTPException(409, str(exc).replace(str(settings.data_root), "DATA_ROOT")) from None
+    record, parser = _recorded_parser(checkpoint, settings)
     run, cached = _cache(request, settings).model(checkpoint)
     try:
         rows = parser.rows(req.sentences, source="sentence")

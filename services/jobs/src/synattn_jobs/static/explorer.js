@@ -1,12 +1,15 @@
 // synattn attention explorer: what every head of a finished run applies to one sentence
 // (POST /v1/jobs/{id}/attention), as a layers x heads grid of heatmaps; one head enlarged with
 // its tokens, the dependency arcs or the SLR window over the source axis; two runs side by side
-// with their difference. Shares dashboard.js's api(), button() and showError().
-// Permalinks: #attention/JOB/SPLIT/ROW/MODULE/LAYER/HEAD[/vs/JOB2].
+// with their difference. A typed sentence instead of a row: parsed as the run's training data
+// was, translated by the model, shown with that translation. Shares dashboard.js's api(),
+// button() and showError().
+// Permalinks: #attention/JOB/SPLIT/ROW/MODULE/LAYER/HEAD[/vs/JOB2], and for a typed sentence
+// #attention/JOB/text/SENTENCE/MODULE/LAYER/HEAD[/vs/JOB2] (the sentence URI-encoded).
 "use strict";
 
 const EX = { job: null, layer: 0, head: 0, data: null, other: null };
-const exCache = new Map(); // job/split/row -> answer (the last 24)
+const exCache = new Map(); // job/split/row or job/text/sentence -> answer (the last 24)
 const SVGNS = "http://www.w3.org/2000/svg";
 
 function exEl(tag, attrs = {}, text) {
@@ -16,12 +19,13 @@ function exEl(tag, attrs = {}, text) {
   return e;
 }
 
-async function fetchAttention(job, split, row) {
-  const key = `${job}/${split}/${row}`;
+// one sentence's attention: a row of a split, or (text non-empty) a sentence the user typed
+async function fetchAttention(job, split, row, text = "") {
+  const key = text ? `${job}/text/${text}` : `${job}/${split}/${row}`;
   if (exCache.has(key)) return exCache.get(key);
   const resp = await api(`/v1/jobs/${job}/attention`, {
     method: "POST", headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ split, row }),
+    body: JSON.stringify(text ? { text } : { split, row }),
   });
   const data = await resp.json();
   exCache.set(key, data);
@@ -202,7 +206,8 @@ function drawDetail() {
   target.append(figure(`${runLabel(EX.data.job)} · ${notes.join(" · ")}`, big));
   const other = EX.other;
   if (other) {
-    const same = JSON.stringify(other.tokens) === JSON.stringify(data.tokens);
+    // a typed sentence: each run has its own translation, so only the axes shown must agree
+    const same = JSON.stringify(axisTokens(other, kind)) === JSON.stringify({ queries, keys });
     if (!same || !other.modules[name] || !other.modules[name][EX.head]) {
       target.append(figure(`${runLabel(other.job)}: not comparable (its tokens or heads differ)`, exEl("svg", { width: 1, height: 1 })));
       return;
@@ -218,8 +223,21 @@ function drawDetail() {
   }
 }
 
+function typedText() {
+  return $("ex-text").value.trim();
+}
+
+// a typed sentence replaces the row: split and row are greyed out while there is one
+function syncTextMode() {
+  const typed = Boolean(typedText());
+  $("ex-split").disabled = typed;
+  $("ex-row").disabled = typed;
+}
+
 function setHash() {
-  const parts = ["attention", EX.job, $("ex-split").value, $("ex-row").value, $("ex-module").value, EX.layer, EX.head];
+  const text = typedText();
+  const parts = ["attention", EX.job, text ? "text" : $("ex-split").value, text || $("ex-row").value,
+    $("ex-module").value, EX.layer, EX.head];
   if ($("ex-compare").value) parts.push("vs", $("ex-compare").value);
   const hash = "#" + parts.map(encodeURIComponent).join("/");
   $("ex-permalink").href = hash;
@@ -233,30 +251,53 @@ function fillCompare(job) {
   if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
 }
 
+// the model's translation of a typed sentence (each run's own when two are compared)
+function showTranslation() {
+  const out = $("ex-translation");
+  out.replaceChildren();
+  out.hidden = !EX.data || typeof EX.data.translation !== "string";
+  if (out.hidden) return;
+  const line = (run, data) => {
+    const p = document.createElement("span");
+    p.className = "translation"; p.dataset.job = run;
+    p.textContent = `${runLabel(run)} translates: ${data.translation}`;
+    return p;
+  };
+  out.append(line(EX.data.job, EX.data));
+  if (EX.other && typeof EX.other.translation === "string") out.append(document.createElement("br"), line(EX.other.job, EX.other));
+}
+
 async function showExplorer() {
   const note = $("explorer-note");
   const split = $("ex-split").value, row = Number($("ex-row").value), vs = $("ex-compare").value;
-  note.textContent = "loading…";
+  const text = typedText();
+  syncTextMode();
+  note.textContent = text ? "parsing, translating…" : "loading…";
   try {
-    EX.data = await fetchAttention(EX.job, split, row);
-    EX.other = vs ? await fetchAttention(vs, split, row) : null;
+    EX.data = await fetchAttention(EX.job, split, row, text);
+    EX.other = vs ? await fetchAttention(vs, split, row, text) : null;
   } catch (err) {
     EX.data = null;
     $("ex-grid").replaceChildren(); $("ex-detail").replaceChildren();
+    showTranslation();
     note.textContent = `No attention for job ${EX.job}: ${err.message}`;
     note.className = "error";
     return;
   }
   note.className = "legend";
   const n = modulesOf(EX.data, $("ex-module").value).length;
-  note.textContent = `${split} row ${row}: ${EX.data.tokens.source.length} source and ` +
+  const what = text ? "your sentence (parsed as the run's training data was)" : `${split} row ${row}`;
+  const forced = text ? "teacher-forced on the model's own greedy translation" : "teacher-forced on the reference";
+  note.textContent = `${what}: ${EX.data.tokens.source.length} source and ` +
     `${EX.data.tokens.target.length} target subwords; ${n} layers × ` +
-    `${EX.data.modules[`${$("ex-module").value}.0`].length} heads; teacher-forced on the reference`;
+    `${EX.data.modules[`${$("ex-module").value}.0`].length} heads; ${forced}`;
   if (EX.layer >= n) EX.layer = 0;
+  showTranslation();
   drawGrid();
   drawDetail();
   setHash();
-  document.body.dataset.explorer = `${EX.job}/${split}/${row}/${$("ex-module").value}/${EX.layer}/${EX.head}/${vs}`;
+  const which = text ? `text/${text}` : `${split}/${row}`;
+  document.body.dataset.explorer = `${EX.job}/${which}/${$("ex-module").value}/${EX.layer}/${EX.head}/${vs}`;
 }
 
 function openExplorer(job, opts = {}) {
@@ -267,6 +308,7 @@ function openExplorer(job, opts = {}) {
   $("explorer-job").textContent = `(${j ? j.name : job})`;
   if (opts.split) $("ex-split").value = opts.split;
   if (opts.row !== undefined) $("ex-row").value = opts.row;
+  if (opts.text !== undefined) $("ex-text").value = opts.text;
   if (opts.module) $("ex-module").value = opts.module;
   fillCompare(job);
   if (opts.vs !== undefined) {
@@ -287,7 +329,9 @@ function routeHash() {
   // the same link asked again while it loads (sign-in's call and a hashchange) is one request
   if (routeHash.last === key && (EX.data || routeHash.pending)) return;
   routeHash.last = key;
-  routeHash.pending = openExplorer(parts[1], { split: parts[2] === "test" ? "test" : "valid", row: Math.max(0, Number(parts[3]) || 0),
+  const sentence = parts[2] === "text" ? { text: (parts[3] || "").slice(0, 1000) }
+    : { split: parts[2] === "test" ? "test" : "valid", row: Math.max(0, Number(parts[3]) || 0), text: "" };
+  routeHash.pending = openExplorer(parts[1], { ...sentence,
     module: ["enc_self", "dec_self", "enc_dec"].includes(parts[4]) ? parts[4] : "enc_self",
     layer: Number(parts[5]) || 0, head: Number(parts[6]) || 0, vs })
     .finally(() => { routeHash.pending = null; });
@@ -295,6 +339,7 @@ function routeHash() {
 
 function initExplorer() {
   $("explorer-form").addEventListener("submit", (e) => { e.preventDefault(); if (EX.job) showExplorer(); });
+  $("ex-text").addEventListener("input", syncTextMode);
   for (const id of ["ex-module", "ex-overlay"]) $(id).addEventListener("change", () => { if (EX.data) { drawGrid(); drawDetail(); setHash(); } });
   $("ex-compare").addEventListener("change", () => { if (EX.job) showExplorer(); });
   window.addEventListener("hashchange", routeHash);
