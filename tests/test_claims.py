@@ -1,4 +1,5 @@
-"""The README's claims table is generated from results/ and must match it."""
+"""The claims tables (docs/study.md) and their summary (README.md) are generated from results/
+and must match it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import pytest
 
 from tests.conftest import bench_script
 
@@ -17,11 +20,94 @@ def claims() -> ModuleType:
 
 
 def test_readme_table_matches_results() -> None:
+    """The study page's tables and the README's summary both match results/."""
     c = claims()
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert c.splice(readme, c.render(REPO / "results")) == readme, (
-        "README.md's claims table differs from results/: run python bench/claims.py"
+    page = (REPO / "docs" / "study.md").read_text(encoding="utf-8")
+    assert c.splice(page, c.render(REPO / "results")) == page, (
+        "docs/study.md's claims tables differ from results/: run python bench/claims.py"
     )
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    summary = c.summary(REPO / "results")
+    assert c.splice(readme, summary, c.SUMMARY_BEGIN, c.SUMMARY_END) == readme, (
+        "README.md's claims summary differs from results/: run python bench/claims.py"
+    )
+    assert summary.count("\n| [") == len(c.CLAIMS)  # one line per paper
+    assert "[docs/study.md](docs/study.md)" in summary
+
+
+def test_the_summary_states_what_the_table_states(tmp_path: Path) -> None:
+    """One line per paper, linked to its page: the system, Δ, interval and verdict of the
+    table's row (Holm-adjusted over the same family), "not measured yet" for a paper without
+    one; the link to the full tables."""
+    c = claims()
+    exp = tmp_path / c.STUDY
+    exp.mkdir()
+    rows = [
+        {"variant": "vanilla", "bleu_by_seed": {"1": 20.0, "2": 21.0, "3": 20.0},
+         "is_baseline": True},
+        {"variant": "slr-gated", "vs": "vanilla", "delta": 0.57,  # one seed the other way
+         "diffs": {"1": 1.0, "2": -0.2, "3": 0.9}, "seed_p": 0.01, "p_value": 0.01},
+        {"variant": "fixed-word", "vs": "8L", "delta": -2.0,
+         "diffs": {"1": -2.0, "2": -2.1, "3": -1.9}, "seed_p": 0.01, "p_value": 0.01},
+    ]  # fmt: skip
+    (exp / "report.json").write_text(json.dumps({"name": c.STUDY, "seeds": [1, 2, 3],
+                                                 "rows": rows}))  # fmt: skip
+    (exp / "run.json").write_text(json.dumps({
+        "budget": {"model": "3+3 layers", "max_updates": 5000, "max_tokens": 4096},
+        "hardware": {"device": "cpu", "cpu_count": 2, "threads_per_worker": 1},
+    }))  # fmt: skip
+    text = c.summary(tmp_path)
+    lines = text.splitlines()
+    assert lines[0] == c.SUMMARY_BEGIN and lines[-1] == c.SUMMARY_END
+    assert "3 seeds, 5,000 updates of a small model (3+3 layers)" in text
+    table = c.render(tmp_path, earlier=())
+    for system, verdict in (("slr-gated", "inconclusive"), ("fixed-word", "worse")):
+        line = next(x for x in lines if f"| `{system}` |" in x)
+        row = next(x for x in table.splitlines() if f"`{system}`:" in x)
+        assert f"| {verdict} |" in line and f"**{verdict}**" in row, (line, row)
+        delta, ci = line.split(" | ")[2:4]
+        assert f"| {delta} | {ci} |" in row, (line, row)
+    gated = next(x for x in lines if "`slr-gated`" in x)
+    assert gated.startswith(
+        "| [Gated self-attention with SLR (Hou et al.)](docs/papers/gated-slr.md) |"
+    )
+    rhe = next(x for x in lines if "`rhe+lpea`" in x)
+    assert rhe.startswith("| [RHE + SEA (Zhang et al. 2021)](docs/papers/rhe-sea.md) |")
+    assert rhe.endswith("| not measured yet | – | – |")
+    assert lines[-2] == ("Full tables (controls, final models, earlier budgets): "
+                         "[docs/study.md](docs/study.md).")  # fmt: skip
+    # where the section lives, relative to its file
+    assert "(papers/headmask.md)" in c.summary(tmp_path, docs="")
+
+
+def test_check_fails_when_either_file_is_out_of_date(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--check`` exits 1 naming the stale files; a plain run rewrites both."""
+    c = claims()
+    page, readme = tmp_path / "study.md", tmp_path / "README.md"
+    page.write_text(f"# study\n\n{c.BEGIN}\nold\n{c.END}\n", encoding="utf-8")
+    readme.write_text(f"# x\n{c.SUMMARY_BEGIN}\n{c.SUMMARY_END}\nend\n", encoding="utf-8")
+
+    def run(*extra: str) -> int:
+        argv = ["claims.py", "--readme", str(page), "--summary", str(readme), *extra]
+        monkeypatch.setattr("sys.argv", argv)
+        capsys.readouterr()
+        try:
+            c.main()
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        return 0
+
+    assert run("--check") == 1
+    assert "study.md and README.md" in capsys.readouterr().out
+    assert run() == 0 and run("--check") == 0
+    assert readme.read_text(encoding="utf-8").endswith(f"{c.SUMMARY_END}\nend\n")
+    assert "| `slr-gated` |" in readme.read_text(encoding="utf-8")
+    # one file stale: only it is named
+    readme.write_text(readme.read_text(encoding="utf-8").replace("inconclusive", "better"))
+    assert run("--check") == 1
+    assert capsys.readouterr().out.startswith("README.md: ")
 
 
 def test_table_rows_come_from_the_reports(tmp_path: Path) -> None:
@@ -125,10 +211,11 @@ def test_controls_stand_beside_their_systems(tmp_path: Path) -> None:
 
 
 def test_the_study_scores_only_end_of_run_models() -> None:
-    """DECISIONS §7 on what is published: every averaged model of the study's rows comes from
-    the last quarter of its run, every single checkpoint is named by its update (a best-
-    validation one wherever the run recorded it: slr-gated-s1 was published before the trainer
-    did), and each row's record names the selection it was scored with (its paper's protocol)."""
+    """Averaging only at the end of training, on what is published: every averaged model of the
+    study's rows comes from the last quarter of its run, every single checkpoint is named by its
+    update (a best-validation one wherever the run recorded it: slr-gated-s1 was published before
+    the trainer did), and each row's record names the selection it was scored with (its paper's
+    protocol)."""
     path = REPO / "results" / claims().STUDY / "report.json"
     if not path.is_file():
         return  # nothing published yet: nothing to audit

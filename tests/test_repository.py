@@ -244,9 +244,40 @@ def test_kubernetes_manifests_cover_the_services():
             assert shutil.which(exe) or (REPO / ".venv/bin" / exe).exists(), exe
 
 
-def test_the_readme_sends_the_playground_to_the_parser_default_port():
-    """Every README line that starts ``synattn serve-parser`` and names a URL names the port the
-    server listens on: ``--port`` when given, else the command's default (it said 8000)."""
+def test_the_job_api_parses_raw_text_with_the_parser_api_service():
+    """Compose and Kubernetes point the job API's SYNATTN_PARSER_URL at the parser API's
+    service name and port (translate and the explorer's typed sentences parse there); the
+    workers do not get it."""
+    from urllib.parse import urlsplit
+
+    services = compose()["services"]
+    url = urlsplit(services["job-api"]["environment"]["SYNATTN_PARSER_URL"])
+    cmd = list(services["parser-api"]["command"])
+    listens = int(cmd[cmd.index("--port") + 1])
+    assert (url.scheme, url.hostname, url.port) == ("http", "parser-api", listens)
+    for name in ("flower", "parser-worker", *WORKER_SERVICES):
+        assert "SYNATTN_PARSER_URL" not in services[name].get("environment", {}), name
+    docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "k8s" / "20-apis.yaml").read_text())
+            if d]  # fmt: skip
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    container = by[("Deployment", "job-api")]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    k8s = urlsplit(env["SYNATTN_PARSER_URL"])
+    port = by[("Service", "parser-api")]["spec"]["ports"][0]["port"]
+    assert (k8s.scheme, k8s.hostname, k8s.port) == ("http", "parser-api", port)
+
+
+def doc_lines() -> list[tuple[str, str]]:
+    """``(file, line)`` for every line of the README and the documentation pages."""
+    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return [(f.relative_to(REPO).as_posix(), line)
+            for f in files for line in f.read_text(encoding="utf-8").splitlines()]  # fmt: skip
+
+
+def test_the_docs_send_the_playground_to_the_parser_default_port():
+    """Every README or documentation line that starts ``synattn serve-parser`` and names a URL
+    names the port the server listens on: ``--port`` when given, else the command's default
+    (it said 8000)."""
     import inspect
     import re
 
@@ -254,11 +285,81 @@ def test_the_readme_sends_the_playground_to_the_parser_default_port():
 
     default = inspect.signature(serve_parser).parameters["port"].default
     url = re.compile(r"(?:127\.0\.0\.1|localhost):(\d+)")
-    lines = [line for line in (REPO / "README.md").read_text().splitlines()
+    lines = [(name, line) for name, line in doc_lines()
              if "synattn serve-parser" in line and url.search(line)]  # fmt: skip
-    assert any("playground" in line.lower() for line in lines)
-    for line in lines:
+    assert any("playground" in line.lower() for _, line in lines)
+    assert any(name == "README.md" for name, _ in lines)
+    for name, line in lines:
         given = re.search(r"--port (\d+)", line)
         want = int(given.group(1)) if given else default
         ports = {int(p) for p in url.findall(line)}
-        assert ports == {want}, line
+        assert ports == {want}, (name, line)
+
+
+README_MAX_LINES = 250
+
+
+def test_the_readme_is_a_landing_page():
+    """The README stays short enough to read in minutes; the detail lives in docs/."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
+    text = "\n".join(lines)
+    for page in ("docs/getting-started.md", "docs/study.md", "docs/papers/index.md"):
+        assert f"]({page})" in text, page
+
+
+def readme_commands() -> list[str]:
+    """The README's shell commands: each line of a ``sh`` block, continuations joined, comments
+    and here-document bodies left out."""
+    import re
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    out: list[str] = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.DOTALL):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        heredoc = None
+        for line in joined.splitlines():
+            if heredoc is not None:
+                heredoc = None if line.strip() == heredoc else heredoc
+                continue
+            if m := re.search(r"<<'?(\w+)'?", line):
+                heredoc = m.group(1)
+            line = line.split(" #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                out.append(line)
+    return out
+
+
+def test_the_readme_commands_are_real():
+    """Every ``synattn`` command of the README names a command and options the CLI has, and
+    every ``make`` target is one the Makefile defines."""
+    import re
+    import shlex
+
+    import typer.main
+
+    from synattn_shared import cli
+
+    cli._load_plugins()
+    root = typer.main.get_command(cli.app)
+    targets = set(re.findall(r"^([a-z][\w-]*):", (REPO / "Makefile").read_text(), re.M))
+    commands = readme_commands()
+    assert any(c.startswith("synattn experiment run") for c in commands)
+    assert any(c.startswith("synattn report") for c in commands)
+    for command in commands:
+        if not command.startswith(("synattn ", "make ")):
+            continue  # curl, python, cat: their own tools
+        words = shlex.split(command.rstrip("&").strip())
+        if words[0] == "make":
+            assert set(words[1:]) <= targets, command
+            continue
+        group, rest = root, words[1:]
+        ctx = group.make_context("synattn", [], resilient_parsing=True)
+        while rest and hasattr(group, "get_command") and rest[0] in group.list_commands(ctx):
+            group = group.get_command(ctx, rest.pop(0))
+            ctx = group.make_context(group.name, [], parent=ctx, resilient_parsing=True)
+        assert not hasattr(group, "list_commands") or not group.list_commands(ctx), command
+        known = {o for p in group.params for o in (*p.opts, *p.secondary_opts)}
+        for word in rest:
+            if word.startswith("--"):
+                assert word.split("=", 1)[0] in known, (command, word)
