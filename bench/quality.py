@@ -75,7 +75,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     ap.add_argument("--warmup", type=int, default=200)
-    ap.add_argument("--dropout", type=float, default=0.1, help="0.3 for full-length runs (§6.3)")
+    ap.add_argument("--dropout", type=float, default=0.1, help="0.3 for full-length runs")
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=CACHE / "runs")
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
@@ -103,7 +103,7 @@ def main() -> None:
                 "optim": {"lr": args.lr, "warmup": args.warmup},
                 "train": {
                     "max_updates": args.updates, "seed": args.seed, "patience": 0,
-                    # the last 5 of checkpoints every 5% of the run: its final 20% (DECISIONS §7)
+                    # the last 5 of checkpoints every 5% of the run: its final 20%
                     "checkpoint_every_updates": max(1, args.updates // 20),
                     "average_last": 5 if args.updates >= 20 else 1,
                     "bleu_every": 0, "log_every": 100,

@@ -1,17 +1,17 @@
 """RHE's head labels over training: how often would a head count as important, and why not?
 
-Seed 000's RHE enlivens a head with syntax for a sentence when its syntactic mass does not beat
-its dynamic gate, ``Syn_attn <= sigmoid(h_conf)`` (METHODS-syntax §3.2): a head is important
-only if more than half (50-73%) of its attention lies on the word itself, its dependency head or
-its dependents. In the 600-update study almost no head ever passed, so RHE enlivened every
-head ("+LPEA+RHE" became "+LPEA"). This script measures the labels on a dev set for each
-checkpoint of a run and takes the three suspects apart:
+The RHE paper's method enlivens a head with syntax for a sentence when its syntactic mass does not
+beat its dynamic gate, ``Syn_attn <= sigmoid(h_conf)`` (docs/papers/rhe-sea.md, "RHE"): a head is
+important only if more than half (50-73%) of its attention lies on the word itself, its dependency
+head or its dependents. In the 600-update study almost no head ever passed, so RHE enlivened every
+head ("+LPEA+RHE" became "+LPEA"). This script measures the labels on a dev set for each checkpoint
+of a run and takes the three suspects apart:
 
 - **budget**: the label rate against the update of the checkpoint (a learning curve's run keeps
   one every K updates);
 - **EOS**: the mass on the source ``</s>`` counts as non-syntactic; the rate is also given with
   ``</s>`` taken out of the keys and each row renormalised (a model without a source EOS);
-- **threshold**: the rate under a fixed gate of 0.5 (seed 000 Fig. 4) beside the dynamic gate,
+- **threshold**: the rate under a fixed gate of 0.5 (the paper's Fig. 4) beside the dynamic gate,
   and the mean ``Syn_attn`` and ``sigmoid(h_conf)`` they are compared with.
 
 A vanilla checkpoint's plain attention is what RHE would label; an RHE checkpoint reports the

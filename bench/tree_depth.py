@@ -1,13 +1,14 @@
 """How deep are the constituency trees LPEA and SLR read, and which LPEA clip ``k`` fits them?
 
-Seed 000 tuned LPEA's clip ``k = 6`` to Berkeley-parser trees whose maximum phrase layer averaged
-11.13 on its training set, and states the rule: the best ``k`` is where the ``2k + 1`` relative
-phrasal positions cover the average maximum layer (k = 5 and 6 bracket 11.13). synattn's
-default Multi30k parse is spaCy's dependency parse with constituency *derived* from it
-(METHODS-syntax §5), on sentences half as long: this prints, per split, the parse source (from
-the manifest), the average / median / 90th percentile of the per-sentence maximum layer, the
-share of related off-diagonal pairs whose ``|RP|`` a clip ``k`` would cut, the ``k`` seed 000's
-rule gives, and the maximum syntactic distance (SLR's ``tau`` is in distance units).
+The RHE paper (Zhang et al. 2021) tuned LPEA's clip ``k = 6`` to Berkeley-parser trees whose
+maximum phrase layer averaged 11.13 on its training set, and states the rule: the best ``k`` is
+where the ``2k + 1`` relative phrasal positions cover the average maximum layer (k = 5 and 6
+bracket 11.13). synattn's default Multi30k parse is spaCy's dependency parse with constituency
+*derived* from it (docs/papers/index.md, "Constituency trees derived from dependencies"), on
+sentences half as long: this prints, per split, the parse source (from the manifest), the average /
+median / 90th percentile of the per-sentence maximum layer, the share of related off-diagonal pairs
+whose ``|RP|`` a clip ``k`` would cut, the ``k`` the RHE paper's rule gives, and the maximum
+syntactic distance (SLR's ``tau`` is in distance units).
 
     make data
     python bench/tree_depth.py [--data build/m30k] [--out results/tree-depth/multi30k.json]
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-SEED_000_MAX_LAYER = 11.13
+RHE_PAPER_MAX_LAYER = 11.13  # the RHE paper's average maximum layer
 
 
 def split_stats(directory: Path) -> dict[str, Any]:
@@ -65,7 +66,8 @@ def split_stats(directory: Path) -> dict[str, Any]:
 
 
 def rule_k(mean_max_layer: float) -> tuple[int, int]:
-    """Seed 000's rule: the ``k`` values whose ``2k + 1`` bracket the average maximum layer."""
+    """The RHE paper's rule: the ``k`` values whose ``2k + 1`` bracket the average maximum
+    layer."""
     low = max(0, math.floor((mean_max_layer - 1) / 2))
     return low, low + 1
 
@@ -89,12 +91,12 @@ def main() -> None:
         source = f"{parse.get('model')} ({parse.get('constituency')})"
         print(f"{split}: {stats['sentences']} sentences, parse {source}; maximum layer "
               f"mean {stats['max_layer_mean']} (median {stats['max_layer_median']:g}, p90 "
-              f"{stats['max_layer_p90']:g}; seed 000: {SEED_000_MAX_LAYER}); seed 000's rule: "
+              f"{stats['max_layer_p90']:g}; the RHE paper: {RHE_PAPER_MAX_LAYER}); its rule: "
               f"k = {lo} or {hi}; related pairs cut by k=2/3/4/6: "
               f"{stats['share_cut_by_k']['2']:.2%} / {stats['share_cut_by_k']['3']:.2%} / "
               f"{stats['share_cut_by_k']['4']:.2%} / {stats['share_cut_by_k']['6']:.2%}; maximum "
               f"syntactic distance mean {stats['max_syn_dist_mean']}")  # fmt: skip
-    report["seed_000_max_layer"] = SEED_000_MAX_LAYER
+    report["seed_000_max_layer"] = RHE_PAPER_MAX_LAYER  # the key published results/ carry
     report["rule_k"] = list(rule_k(report[args.splits[0]]["max_layer_mean"]))
     if args.out:
         from synattn_shared.atomic import atomic_write_text

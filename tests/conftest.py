@@ -1,4 +1,5 @@
-"""Shared fixtures: the running example of METHODS-syntax.md §0.3 and paths to ../shared/data."""
+"""Shared fixtures: the running example ("Bush held a talk with Sharon .", docs/papers/) and
+paths to ../shared/data."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ RUNNING_TREE = (
 RUNNING_HEADS = (2, 0, 4, 2, 2, 5, 2)
 RUNNING_UPOS = ("PROPN", "VERB", "DET", "NOUN", "ADP", "PROPN", "PUNCT")
 RUNNING_XPOS = ("NNP", "VBD", "DT", "NN", "IN", "NNP", ".")
-# Sharon -> Shar@@ on, then </s> (§0.3)
+# Sharon -> Shar@@ on, then </s>
 RUNNING_SUBWORDS = ("Bush", "held", "a", "talk", "with", "Shar@@", "on", ".", "</s>")
 RUNNING_S2W = (0, 1, 2, 3, 4, 5, 5, 6, -1)
 

@@ -409,9 +409,9 @@ def test_a_held_study_starts_no_new_run_until_the_hold_is_lifted(
 def test_run_json_scores_each_run_by_its_rows_protocol(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``run.json`` lists each run's BLEU under its row's final-model protocol (seed 003's
-    best-validation checkpoint, seed 004's last one), as ``report.json`` scores it, and says
-    which model that is; a run whose variant has no protocol keeps its primary model."""
+    """``run.json`` lists each run's BLEU under its row's final-model protocol (gated SLR's
+    best-validation checkpoint, the diversity paper's last one), as ``report.json`` scores it,
+    and says which model that is; a run whose variant has no protocol keeps its primary model."""
     monkeypatch.delenv("SYNATTN_DATABASE_URL", raising=False)
     monkeypatch.setenv("SYNATTN_HOME", str(tmp_path / "jobs"))
     (tmp_path / "jobs").mkdir()

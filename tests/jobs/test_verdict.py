@@ -158,8 +158,8 @@ def test_report_rows_carry_the_verdict(tmp_path: Path) -> None:
 
 
 def test_a_row_and_its_baseline_are_scored_with_the_row_s_protocol(tmp_path: Path) -> None:
-    """Seed 004 reports single final models: with ``protocols: {div: last}`` the row compares
-    both systems' last checkpoints, not their averages (DECISIONS §7)."""
+    """The diversity paper reports single final models: with ``protocols: {div: last}`` the row
+    compares both systems' last checkpoints, not their averages."""
     good = [f"ein hund läuft über die wiese nummer {i}" for i in range(60)]
     poor = [f"eine katze sitzt {i}" for i in range(60)]
     store = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")

@@ -1,4 +1,5 @@
-"""METHODS-syntax.md §3.5: DEA keep-mask and dependency hops; §3.4 invalid heads."""
+"""DEA keep-mask and dependency hops on the running example, and invalid heads
+(docs/papers/rhe-sea.md, "DEA")."""
 
 import numpy as np
 import pytest

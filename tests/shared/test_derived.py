@@ -1,4 +1,5 @@
-"""METHODS-syntax.md §5.3: constituency derived from dependencies, and lifting (§9)."""
+"""Constituency derived from dependencies, and lifting (docs/papers/index.md, "Constituency
+trees derived from dependencies")."""
 
 import numpy as np
 import pytest
@@ -57,7 +58,8 @@ def test_nonprojective_lift():
 
 
 def test_lift_can_move_an_originally_projective_arc():
-    # §9: 0-based [2, -1, 1, 0, 2] lifts to [1, -1, 1, 1, 1]
+    # an arc projective in the input can still be lifted after an earlier lift:
+    # 0-based [2, -1, 1, 0, 2] lifts to [1, -1, 1, 1, 1]
     assert projectivise(one_based([2, -1, 1, 0, 2])).tolist() == [1, -1, 1, 1, 1]
 
 

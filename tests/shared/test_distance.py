@@ -1,4 +1,5 @@
-"""METHODS-syntax.md §1.8: distances, binarised distances and both inverses."""
+"""Distances, binarised distances and both inverses on the running example
+(docs/papers/gated-slr.md, "Syntactic distance")."""
 
 import numpy as np
 
@@ -31,7 +32,7 @@ def test_shen_first_argmax_inverse():
     assert distances_to_shape([3, 2, 1, 2, 1, 3], "first") == [0, [[1, [[2, 3], [4, 5]]], 6]]
 
 
-def test_seed003_example_gives_equal_values_under_s():
+def test_gated_slr_example_gives_equal_values_under_s():
     import nltk
 
     tree = nltk.Tree.fromstring("(S (NP (PRP I)) (VP (VBP like) (NP (NNS apples))) (. .))")
@@ -49,7 +50,7 @@ def test_single_word():
 
 
 def test_layers_of_running_example(running_tree):
-    # §4.7: Bush 3, held 3, a 4, talk 4, with 4, Sharon 5, . 2
+    # LPEA's layers: Bush 3, held 3, a 4, talk 4, with 4, Sharon 5, . 2
     assert leaf_depths(running_tree) == [3, 3, 4, 4, 4, 5, 2]
     wrapped = normalise_tree(__import__("nltk").Tree("TOP", [running_tree]))
     assert leaf_depths(wrapped) == [3, 3, 4, 4, 4, 5, 2]

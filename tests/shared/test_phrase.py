@@ -1,4 +1,5 @@
-"""METHODS-syntax.md §4.7: layers, local phrases, RP, clipped indices and the LPEA table."""
+"""Layers, local phrases, RP, clipped indices and the LPEA table on the running example
+(docs/papers/rhe-sea.md, "LPEA")."""
 
 import numpy as np
 

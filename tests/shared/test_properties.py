@@ -1,4 +1,5 @@
-"""Property tests on random trees (METHODS-syntax.md §1.6, §2.3, §4.2, §5.1, §6, §9)."""
+"""Property tests on random trees: distances, SLR, local phrases, derived trees and subwords
+(docs/papers/)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def parents_of(shape: Shape) -> dict[int, list[Shape]]:
 
 
 def tree_slr(shape: Shape, all_siblings: bool) -> np.ndarray:
-    """Hard SLR from the tree definition of §2.1 (pre- and post-text ranges)."""
+    """Hard SLR from the tree definition (pre- and post-text ranges)."""
     n = len(shape_leaves(shape))
     m = np.eye(n, dtype=bool)
     for t, chain in parents_of(shape).items():
@@ -159,7 +160,7 @@ def test_soft_slr_properties(shape, tau, shift):
     for i in range(n):
         assert (np.diff(log_m[i, i:]) <= 1e-6).all()
         assert (np.diff(log_m[i, : i + 1]) >= -1e-6).all()
-    # equals the log of the product form (§2.4) where nothing underflows
+    # equals the log of the product form where nothing underflows
     f = lambda x: 1 / (1 + np.exp(-2 * x / tau))  # noqa: E731
     prod = np.ones((n, n))
     for i in range(n):

@@ -1,4 +1,5 @@
-"""METHODS-syntax.md §2.9: hard (strict, inclusive, binarised) and soft SLR, worked numbers."""
+"""Hard (strict, inclusive, binarised) and soft SLR, worked numbers on the running example
+(docs/papers/gated-slr.md, "Syntactic local range")."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""METHODS-syntax.md §6.4: subword-level SLR, DEA, hops and RP indices with </s>."""
+"""Subword-level SLR, DEA, hops and RP indices with </s> (docs/papers/index.md, "Subwords,
+</s> and padding"; docs/papers/gated-slr.md, "SLR at subword level")."""
 
 import numpy as np
 import pytest

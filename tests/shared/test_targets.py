@@ -1,4 +1,5 @@
-"""METHODS-syntax.md §3.5 (RHE measures) and §7 (baselines) worked examples."""
+"""Worked examples of RHE's measures (docs/papers/rhe-sea.md, "RHE") and of the baselines'
+targets (docs/papers/index.md, "Baselines")."""
 
 import numpy as np
 import pytest

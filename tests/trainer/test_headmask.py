@@ -1,4 +1,4 @@
-"""HeadMask and head analysis against METHODS-heads §2 and §5 worked examples."""
+"""HeadMask and head analysis against hand-checked worked examples (docs/papers/headmask.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tests.trainer.conftest import tiny_config
 
 
 def test_importance_is_per_sentence_and_absolute(m30k) -> None:  # type: ignore[no-untyped-def]
-    """§2.2: row b of one batched backward is sentence b's own |dL/dxi| (sentences do not
+    """Importance: row b of one batched backward is sentence b's own |dL/dxi| (sentences do not
     interact), and the absolute value is taken per sentence, not after summing."""
     tok = load_tokenizer(m30k["tokenizer"])
     corpus = load_corpus(m30k["valid"], tok)
@@ -129,7 +129,7 @@ def test_analyze_cli_writes_json_and_figures(m30k, tmp_path) -> None:  # type: i
     g = len(result["heads"])
     assert g == 2 * 4 * 3 and result["heads"][0] == "enc_self.0.0"
     assert len(result["importance"]) == g and all(x >= 0 for x in result["importance"])
-    imp = np.array(result["importance"])  # population variance (ddof 0), as §5 reports it
+    imp = np.array(result["importance"])  # population variance (ddof 0), as analysis reports it
     assert result["importance_variance"] == pytest.approx(imp.var())
     assert result["importance_variance"] != pytest.approx(imp.var(ddof=1))
     assert all(0 < c <= 1 for c in result["confidence"])

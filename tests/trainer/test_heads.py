@@ -1,4 +1,4 @@
-"""Head-level variants against METHODS-heads' worked examples: fixed patterns (token and word),
+"""Head-level variants against hand-checked worked examples: fixed patterns (token and word),
 the three disagreement terms, simple and EM routing; and their integration in the model."""
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def test_routing_replaces_the_output_projection_parameters(m30k, data) -> None: 
         tiny_config(m30k, attention={"enc_self": [{"name": "routing", "layers": [0, 1]}]}),
         tok.get_vocab_size(),
     )
-    per_layer = h * d * d + h * d + 2 * d + 2 * d  # §4.7: H d^2 + H d, + LayerNorm, + beta (N = d)
+    per_layer = h * d * d + h * d + 2 * d + 2 * d  # H d^2 + H d, + LayerNorm, + beta (N = d)
     assert count_parameters(routed) - count_parameters(plain) == 2 * per_layer
 
 
@@ -255,9 +255,9 @@ def _routed_to_wo_rms(m30k, data, **options) -> float:  # type: ignore[no-untype
 
 
 def test_the_routed_branch_starts_at_the_scale_of_a_wo_output(m30k, data) -> None:  # type: ignore[no-untyped-def]
-    """DECISIONS §6, METHODS-heads §4.5: LayerNorm on the vote network's input and none on the
-    output keeps the routed branch of the order of W^O's output at initialisation; the old
-    placement (output LayerNorm) starts it at unit RMS, several times larger."""
+    """Routing's decision (docs/papers/diversity.md): LayerNorm on the vote network's input and
+    none on the output keeps the routed branch of the order of W^O's output at initialisation; the
+    old placement (output LayerNorm) starts it at unit RMS, several times larger."""
     new = _routed_to_wo_rms(m30k, data)
     old = _routed_to_wo_rms(m30k, data, output_layernorm=True)
     assert 0.2 < new < 2.0
@@ -277,7 +277,7 @@ def test_routing_has_no_vote_dropout_unless_the_old_placement(m30k, data) -> Non
 
 
 def test_one_learned_head_baseline(m30k, data, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """1L (METHODS-heads §1.4): one encoder self-attention head of d_h = d per layer."""
+    """1L (docs/papers/fixed-patterns.md): one encoder self-attention head of d_h = d per layer."""
     from synattn_trainer import headmask
     from synattn_trainer.config import load_config
     from synattn_trainer.presets import VARIANTS

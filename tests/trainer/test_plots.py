@@ -43,7 +43,7 @@ def test_gate_heatmap_label_history_and_attention_png(
     assert {"gate", "important"} <= set(history)
     update, gates = history["gate"][-1]
     assert update == 6 and set(gates) == {f"enc_self.1.h{h}" for h in range(4)}
-    # the heatmap's values: the dev set in eval mode (seed 003 Fig. 3), mean and spread
+    # the heatmap's values: the dev set in eval mode (gated SLR's Fig. 3), mean and spread
     from synattn_trainer.analysis import dev_gates
     from synattn_trainer.data import load_corpus
     from synattn_trainer.plots import dev_gate_values

@@ -82,25 +82,25 @@ def test_placements_follow_the_papers(m30k, corpus_and_tok) -> None:  # type: ig
 
     six = {"enc_layers": 6, "dec_layers": 2}
     van = ["AttentionVariant"]
-    # seed 000: SEA/RHE on layer 1 only; Rel_Pos everywhere; Localness on the lower half
+    # RHE + SEA: SEA/RHE on layer 1 only; Rel_Pos everywhere; Localness on the lower half
     assert enc(built("rhe+lpea", **six)) == [["Rhe"]] + [van] * 5
     assert enc(built("localness", **six)) == [["Localness"]] * 3 + [van] * 3
     assert enc(built("localness")) == [["Localness"], van]
     assert enc(built("rel_pos+rhe")) == [["RelPos", "Rhe"], ["RelPos"]]
     assert enc(built("localness+rhe")) == [["Localness", "Rhe"], van]
-    # seed 003: Pure on the first two heads of the first layer; gated "All" with K and p
+    # gated SLR: Pure on the first two heads of the first layer; gated "All" with K and p
     pure = preset_config(m30k, "slr-pure").attention["enc_self"][0]
     assert pure.layers == [0] and pure.options == {"mode": "pure", "heads": [0, 1]}
     gated = preset_config(m30k, "slr-gated").attention["enc_self"][0].options
     assert gated["prewarm_fraction"] > 0 and 0 < gated["ignore_p"] <= 0.4
     bn = preset_config(m30k, "slr-gated-bn").attention["enc_self"][0].options
     assert bn == {"mode": "gated"}
-    # seed 004: both together
+    # diversity: both together
     both = built("disagreement+routing")
     assert enc(both) == [["Disagreement", "Routing"]] * 2
     assert kinds(both, "enc_dec") == [["Disagreement"]] * 2
-    # seed 001 (OpenNMT-py) trains without source </s>; seed 000 (its Fig. 5 source ends in
-    # <EOS>, DECISIONS §1 revised) and the others with it
+    # the fixed-pattern paper (OpenNMT-py) trains without source </s>; the RHE paper (its Fig. 5
+    # source ends in <EOS>) and the others with it
     for name in ("fixed-word", "fixed-token", "8F", "1L", "8L"):
         assert preset_config(m30k, name).data.source_eos is False, name
     with_eos = ("vanilla", "dea", "lpea", "rhe+dea", "rhe+lpea", "rhe-prune", "rel_pos+rhe",

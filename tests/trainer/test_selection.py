@@ -1,6 +1,6 @@
-"""The final model of a run (DECISIONS §7): averaged checkpoints only from the run's final
-window, refused configurations with a one-line reason, the last checkpoint, the best on
-validation loss; and which updates went in."""
+"""The final model of a run (docs/papers/index.md, "Checkpoint averaging"): averaged checkpoints
+only from the run's final window, refused configurations with a one-line reason, the last
+checkpoint, the best on validation loss; and which updates went in."""
 
 from __future__ import annotations
 

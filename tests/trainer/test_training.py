@@ -26,7 +26,7 @@ from tests.trainer.conftest import tiny_config, trainer_cli
 
 def test_m30k_small_has_the_spec_parameter_count() -> None:
     cfg = TrainConfig.model_validate({"data": {"train": "t", "valid": "v", "tokenizer": "k"}})
-    assert count_parameters(Transformer(cfg, 8000)) == 7_577_600  # METHODS-heads §6.3
+    assert count_parameters(Transformer(cfg, 8000)) == 7_577_600  # the m30k-small recipe
     pre = cfg.model_copy(
         update={"model": cfg.model.model_copy(update={"norm": "pre", "final_norm": True})}
     )

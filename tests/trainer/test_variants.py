@@ -1,4 +1,4 @@
-"""Attention variants I against METHODS-syntax's worked examples, plus the properties every
+"""Attention variants I against hand-checked worked examples, plus the properties every
 variant must have: gradients reach its parameters, padding is never attended, syntax off is
 vanilla."""
 
@@ -38,7 +38,7 @@ from synattn_trainer.variants.rhe import head_measures
 from tests.conftest import RUNNING_HEADS, RUNNING_TREE, RUNNING_UPOS, RUNNING_WORDS
 from tests.trainer.conftest import tiny_config
 
-DEA_TABLE = [  # §3.5
+DEA_TABLE = [  # the running example
     [1, 1, 0, 0, 0, 0, 0],
     [1, 1, 0, 1, 1, 0, 1],
     [0, 0, 1, 1, 0, 0, 0],
@@ -47,7 +47,7 @@ DEA_TABLE = [  # §3.5
     [0, 0, 0, 0, 1, 1, 0],
     [0, 1, 0, 0, 0, 0, 1],
 ]
-LPEA_P = [  # §4.7, k = 1, tiny parameters
+LPEA_P = [  # the running example, k = 1, tiny parameters
     [0.0000, 0.0000, -1.5232, -1.5232, -1.5232, -1.5232, -0.7616],
     [0.0000, 0.0000, -1.5232, -1.5232, -1.5232, -1.5232, -0.7616],
     [-0.7616, -0.7616, 0.0000, 0.0000, -1.5232, -1.5232, -0.7616],
@@ -380,7 +380,7 @@ def test_analysis_reads_what_the_model_applied(name, m30k, corpus_and_tok) -> No
 
 @pytest.mark.parametrize("word_based", [False, True])
 def test_exported_fixed_heads_are_their_patterns(word_based, m30k, corpus_and_tok) -> None:  # type: ignore[no-untyped-def]
-    """Rows of a fixed head are its pattern, whatever the sentence's words (seed 001)."""
+    """Rows of a fixed head are its pattern, whatever the sentence's words (Raganato et al.)."""
     from synattn_trainer.patterns import token_patterns
 
     corpus, tok = corpus_and_tok
@@ -435,8 +435,8 @@ def test_lisa_loss_skips_rows_without_syntax(m30k, corpus_and_tok) -> None:  # t
 
 
 def test_source_without_eos(m30k) -> None:  # type: ignore[no-untyped-def]
-    """``data.source_eos: false`` (seeds 000/001): no ``</s>`` on the source, every subword
-    belongs to a word, and fixed patterns end on the last real token."""
+    """``data.source_eos: false`` (the fixed-pattern presets): no ``</s>`` on the source, every
+    subword belongs to a word, and fixed patterns end on the last real token."""
     from synattn_trainer.patterns import token_patterns
 
     tok = load_tokenizer(m30k["tokenizer"])
@@ -461,8 +461,8 @@ def test_source_without_eos(m30k) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_test_time_ablation_acts_only_in_eval_and_only_when_asked(m30k, corpus_and_tok) -> None:  # type: ignore[no-untyped-def]
-    """Seed 001's ablation of single patterns is a test-time switch: it changes the eval
-    output, never the training forward, and never the config."""
+    """The fixed-pattern paper's ablation of single patterns is a test-time switch: it changes
+    the eval output, never the training forward, and never the config."""
     corpus, tok = corpus_and_tok
     cfg = tiny_config(m30k, model={"dropout": 0.0, "attn_dropout": 0.0, "heads": 8},
                       attention={"enc_self": [{"name": "fixed"}]})  # fmt: skip

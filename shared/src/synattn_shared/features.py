@@ -1,4 +1,4 @@
-"""Per-sentence shard rows: the O(n) syntax columns every attention feature derives from (§8.1).
+"""Per-sentence shard rows: the O(n) syntax columns every attention feature derives from.
 
 ``to_row`` is pure (record in, dict out, no I/O). Dense matrices are never stored; see
 ``synattn_shared.materialise`` for the reader-side derivations.

@@ -26,7 +26,8 @@ class SourceInfo(BaseModel):
 
 
 class ParserInfo(BaseModel):
-    """Which parser produced the parses (METHODS §10.11: results depend on it)."""
+    """Which parser produced the parses (results depend on it: docs/papers/index.md,
+    "Constituency trees derived from dependencies")."""
 
     backend: str  # spacy, benepar, stanza, derived, given
     model: str | None = None

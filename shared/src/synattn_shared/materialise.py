@@ -1,7 +1,8 @@
-"""Dense feature matrices of one shard row, derived on the reader side (METHODS §8.2).
+"""Dense feature matrices of one shard row, derived on the reader side.
 
 Nothing here is stored: every matrix is an exact function of the O(n) columns. Word level by
-default; with ``subword_to_word`` each feature is expanded by its own rule of §6.5.
+default; with ``subword_to_word`` each feature is expanded by its own rule
+(docs/papers/index.md, "Subwords, </s> and padding").
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ ALL_FEATURES = (
 
 
 class MaterialiseOptions(BaseModel):
-    """Hyper-parameters of the derived features (defaults: METHODS decisions)."""
+    """Hyper-parameters of the derived features (defaults: docs/papers/, "Decisions")."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -1,8 +1,8 @@
 """The sentence record: one typed value per sentence, shared by parser, shards and trainer.
 
-Conventions (METHODS-syntax.md §0, STYLE.md): ``dep_head`` is 1-based with 0 = root (CoNLL-U);
-``tree`` is a PTB bracketing over exactly ``words``; ``subword_to_word`` maps each subword to its
-word index, -1 for specials and padding.
+Conventions (docs/papers/index.md, "Subwords, </s> and padding"): ``dep_head`` is 1-based with
+0 = root (CoNLL-U); ``tree`` is a PTB bracketing over exactly ``words``; ``subword_to_word`` maps
+each subword to its word index, -1 for specials and padding.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ reads its array back with the same value as the key. Two variants asking for the
 share one array; two asking for different temperatures get two. Nothing travels as a string,
 and each default is written once (``synattn_shared.defaults``).
 
-Subword expansion follows METHODS-syntax §6.5 (``materialise`` and ``syntax.targets`` hold the
-rules); ``</s>`` and other specials are ``-1`` in the subword-to-word map. Rows without syntax
-(``has_syntax`` False) give neutral values: zero biases, all-True masks, no LISA target.
+Subword expansion follows each feature's rule (docs/papers/index.md, "Subwords, </s> and
+padding"; ``materialise`` and ``syntax.targets`` hold the rules); ``</s>`` and other specials
+are ``-1`` in the subword-to-word map. Rows without syntax (``has_syntax`` False) give neutral
+values: zero biases, all-True masks, no LISA target.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ class FeatureRequest:
 
 @dataclass(frozen=True)
 class SlrBias(FeatureRequest):
-    """Soft SLR log-mask ``log m`` (METHODS-syntax §2.4): the bias of gated, averaged and pure
-    SLR attention."""
+    """Soft SLR log-mask ``log m`` (docs/papers/gated-slr.md, "Syntactic local range"): the bias
+    of gated, averaged and pure SLR attention."""
 
     tau: float = SLR_TAU
     binarize: Binarize = SLR_BINARIZE
@@ -80,7 +81,8 @@ class SlrBias(FeatureRequest):
 
 @dataclass(frozen=True)
 class DeaMask(FeatureRequest):
-    """True where the key is the query itself, its head or a dependent (§3.1)."""
+    """True where the key is the query itself, its head or a dependent (docs/papers/rhe-sea.md,
+    "DEA")."""
 
     fill: ClassVar[bool] = True
 
@@ -101,7 +103,7 @@ class DeaBias(FeatureRequest):
 @dataclass(frozen=True)
 class RpIndex(FeatureRequest):
     """LPEA's embedding index ``clip(RP, k) + k`` (eq. 7), ``2k + 1`` for keys outside the
-    local phrase unless ``outside`` is ``clip`` (§4.4)."""
+    local phrase unless ``outside`` is ``clip`` (docs/papers/rhe-sea.md, "LPEA")."""
 
     k: int = RP_CLIP
     outside: LpOutside = LP_OUTSIDE
@@ -114,7 +116,7 @@ class RpIndex(FeatureRequest):
 @dataclass(frozen=True)
 class SlaKeep(FeatureRequest):
     """SLA's local keep-mask: keys within ``m`` dependency hops of the query or its neighbours
-    (§7.5); punctuation keys visible when ``punct_visible``."""
+    (docs/papers/index.md, "SLA"); punctuation keys visible when ``punct_visible``."""
 
     m: int = SLA_M
     neighbour_union: bool = True
@@ -130,7 +132,8 @@ class SlaKeep(FeatureRequest):
 
 @dataclass(frozen=True)
 class LisaTarget(FeatureRequest):
-    """LISA's target per subword: the first piece of the parent word (§7.3); -1 on every
+    """LISA's target per subword: the first piece of the parent word (docs/papers/index.md,
+    "LISA"); -1 on every
     position of a row without syntax (no loss there)."""
 
     vector: ClassVar[bool] = True
@@ -144,7 +147,8 @@ class LisaTarget(FeatureRequest):
 
 @dataclass(frozen=True)
 class PascalCentre(FeatureRequest):
-    """PASCAL's Gaussian centre per subword: the mean position of the parent's pieces (§7.4)."""
+    """PASCAL's Gaussian centre per subword: the mean position of the parent's pieces
+    (docs/papers/index.md, "PASCAL")."""
 
     vector: ClassVar[bool] = True
     fill: ClassVar[float] = 0.0
@@ -156,7 +160,7 @@ class PascalCentre(FeatureRequest):
 @dataclass(frozen=True)
 class WordIds(FeatureRequest):
     """The word each subword belongs to; each special (``</s>``) is a word of its own
-    (word-based fixed patterns, seed 001)."""
+    (word-based fixed patterns, Raganato et al. 2020)."""
 
     vector: ClassVar[bool] = True
     fill: ClassVar[int] = 0

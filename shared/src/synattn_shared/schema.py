@@ -1,14 +1,15 @@
-"""The Arrow schema of a shard (METHODS-syntax.md §8.1): word-level, O(n) per sentence.
+"""The Arrow schema of a shard (docs/shards.md): word-level, O(n) per sentence.
 
 Bump ``SCHEMA_VERSION`` on any change of columns or meaning; readers refuse other versions.
 Parquet dictionary-encodes the label columns (``dep_rel``, ``upos``, ``xpos``) on disk.
 
 ``syn_dist`` holds the distances of the n-ary tree, as parsed (unary chains collapsed), and the
 attention variants read it two ways: LPEA's and RHE's local phrases as stored; SLR after a
-right-binarisation (``slr_binarize``, default ``right``: Hou et al.'s code, METHODS-syntax
-§2.3), which is what the parser API returns as ``features.syn_dist`` beside the row's own
-``syn_dist``. For ``(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))`` the row holds
-``[1, 2, 2]`` and SLR reads ``[1, 2, 1]``.
+right-binarisation (``slr_binarize``, default ``right``: Hou et al.'s code;
+docs/papers/gated-slr.md, "Decisions"), which is what the parser API returns as
+``features.syn_dist`` beside the row's own ``syn_dist``. For
+``(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))`` the row holds ``[1, 2, 2]`` and SLR reads
+``[1, 2, 1]``.
 """
 
 from __future__ import annotations

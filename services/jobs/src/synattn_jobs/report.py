@@ -73,7 +73,7 @@ def model_updates(job: Job, protocol: str | None = None) -> dict[str, Any]:
     """Which checkpoints made the final model a row scores (its protocol's, else the run's
     primary one): the updates averaged into it (``[]`` for a single checkpoint), that single
     checkpoint's update when known, and the run's length, so a reader can check that an
-    average came from the end of the run (DECISIONS §7)."""
+    average came from the end of the run (docs/papers/index.md, "Checkpoint averaging")."""
     res = job.result or {}
     entry = (res.get("by_selection") or {}).get(protocol) if protocol else None
     if entry is None:

@@ -145,8 +145,9 @@ class ExperimentSpec(WithResources):
     protocols: dict[Slug, Literal["average", "last", "best_valid"]] = Field(
         default_factory=dict,
         max_length=200,
-        description="a variant's final-model protocol where its paper had its own (seed 004: "
-        "the last checkpoint; seed 003: the best on validation loss): the variant and its "
+        description="a variant's final-model protocol where its paper had its own (the "
+        "diversity paper's: the last checkpoint; gated SLR's: the best on validation loss): "
+        "the variant and its "
         "baseline are both scored with it; every run of the grid makes those models too",
     )
     variants: (

@@ -91,7 +91,8 @@ def get_parser(backend: str, settings: ParserSettings) -> Parser:
 
 
 def fallback_row(line: str, sent_id: str, row: int, options: FeatureOptions) -> dict[str, Any]:
-    """The row of a sentence the parser failed on: whitespace words, no syntax (METHODS §1.7)."""
+    """The row of a sentence the parser failed on: whitespace words, no syntax
+    (docs/papers/index.md, "Subwords, </s> and padding")."""
     rec = SentenceRecord(
         sent_id=sent_id, words=tuple(line.split()), pretokenized=True, line=row + 1
     )

@@ -1,5 +1,6 @@
-"""Head analysis of a trained checkpoint (METHODS-heads §5): importance, confidence, masking
-curves, statistics and figures. Everything runs in eval mode, teacher-forced on references."""
+"""Head analysis of a trained checkpoint (docs/papers/headmask.md, "Analysis"): importance,
+confidence, masking curves, statistics and figures. Everything runs in eval mode, teacher-forced
+on references."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def _batches(model: Transformer, corpus: Corpus, max_tokens: int = 2048):  # typ
 
 @torch.no_grad()
 def dev_gates(model: Transformer, corpus: Corpus) -> dict[str, float]:
-    """Gated SLR's gate per layer and head over a dev set, in eval mode (seed 003 Fig. 3):
+    """Gated SLR's gate per layer and head over a dev set, in eval mode (the gated-SLR paper's
+    Fig. 3):
     ``{"enc_self.0.gate.h0": mean, "enc_self.0.gate_std.h0": std, ...}`` over sentences."""
     from synattn_trainer.variants.slr import Slr
 
@@ -65,7 +67,7 @@ def dev_gates(model: Transformer, corpus: Corpus) -> dict[str, float]:
 
 
 def importance(model: Transformer, corpus: Corpus) -> np.ndarray:
-    """``[G]`` mean over sentences of ``|dNLL(x)/d xi_g|`` (§2.2, analysis definition)."""
+    """``[G]`` mean over sentences of ``|dNLL(x)/d xi_g|`` (HeadMask's analysis definition)."""
     model.eval()
     total = np.zeros(model.num_heads)
     n = 0
@@ -78,7 +80,7 @@ def importance(model: Transformer, corpus: Corpus) -> np.ndarray:
 @torch.no_grad()
 def confidence(model: Transformer, corpus: Corpus) -> np.ndarray:
     """``[G]`` token-weighted mean of each head's row maximum, EOS queries and keys excluded and
-    padding ignored (Voita et al.; §5.1 defaults)."""
+    padding ignored (Voita et al.)."""
     model.eval()
     mods = model.attention_modules()
     for _, _, m in mods:
@@ -134,7 +136,7 @@ def analyze(
     ablate: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Write ``analysis.json`` and PNGs to ``out``; returns the JSON content. ``ablate``: fixed
-    heads switched off for this analysis only (seed 001's test-time ablation)."""
+    heads switched off for this analysis only (the fixed-pattern paper's test-time ablation)."""
     from synattn_trainer.plots import heatmap_png, importance_histogram, masking_curves_png
 
     model, cfg = load_model(checkpoint)

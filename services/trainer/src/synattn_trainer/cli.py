@@ -265,7 +265,7 @@ def evaluate(
     reference-length bins."""
     from synattn_trainer.evaluate import (
         MULTI30K_BINS,
-        SEED_BINS,
+        PAPER_BINS,
         bleu_by_length,
         corpus_bleu,
         corpus_chrf,
@@ -287,7 +287,7 @@ def evaluate(
                 "baseline_bleu": pb.baseline, "p_value": pb.p_value,
                 "ci95": list(pb.ci95), "samples": pb.samples,
             }  # fmt: skip
-        edges = MULTI30K_BINS if bins == "multi30k" else SEED_BINS
+        edges = MULTI30K_BINS if bins == "multi30k" else PAPER_BINS
         report["bleu_by_length"] = [
             {"bin": b, "sentences": n, "bleu": s, "reliable": ok}
             for b, n, s, ok in bleu_by_length(hyps, refs, edges)

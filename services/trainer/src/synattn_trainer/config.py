@@ -40,13 +40,13 @@ class DataConfig(Strict):
     )
     source_eos: bool = Field(
         True,
-        description="append </s> to the source (fairseq, THUMT); seeds 000/001 (OpenNMT) had "
-        "none: their presets set false (DECISIONS.md §1)",
+        description="append </s> to the source (fairseq, THUMT); the fixed-pattern paper "
+        "(OpenNMT-py) had none, so its presets set false (docs/papers/index.md, 'Source </s>')",
     )
 
 
 class ModelConfig(Strict):
-    """Transformer encoder-decoder shape (defaults: ``m30k-small``, METHODS-heads §6.3)."""
+    """Transformer encoder-decoder shape (defaults: ``examples/configs/m30k-small.yaml``)."""
 
     enc_layers: int = Field(3, ge=1)
     dec_layers: int = Field(3, ge=1)
@@ -101,7 +101,7 @@ class VariantSpec(Strict):
 
 
 class OptimConfig(Strict):
-    """Adam with linear warm-up and inverse-square-root decay (METHODS-heads §6.3)."""
+    """Adam with linear warm-up and inverse-square-root decay (the ``m30k-small`` recipe)."""
 
     lr: float = Field(1e-3, gt=0, le=10, description="peak learning rate")
     warmup: int = Field(2000, ge=1, le=100_000_000)
@@ -152,8 +152,9 @@ class TrainLoopConfig(Strict):
     checkpoint_select: Literal["average", "last", "best_valid"] = Field(
         "average",
         description="the final model: the average of the last average_last checkpoints inside "
-        "the final average_window (fairseq's recipes; seeds 000-002), the last checkpoint "
-        "(seed 004: single models), or the checkpoint of best validation loss (seed 003)",
+        "the final average_window (fairseq's recipes), the last checkpoint (the diversity "
+        "paper's single models), or the checkpoint of best validation loss (the gated-SLR "
+        "paper's)",
     )
     extra_selections: list[Literal["average", "last", "best_valid"]] = Field(
         default_factory=list,
@@ -167,7 +168,8 @@ class TrainLoopConfig(Strict):
         gt=0,
         le=1,
         description="averaged checkpoints come from this final share of the run's updates "
-        "(DECISIONS §7); a config whose last average_last checkpoints start earlier is refused",
+        "(docs/papers/index.md, 'Checkpoint averaging only at the end of training'); a config "
+        "whose last average_last checkpoints start earlier is refused",
     )
     bleu_every: int = Field(5, ge=0, description="epochs between validation BLEU; 0 = never")
     bleu_max_sentences: int = Field(0, ge=0, description="0 = the whole validation set")
@@ -192,7 +194,7 @@ class TrainLoopConfig(Strict):
 
 
 class DecodeConfig(Strict):
-    """Beam search (METHODS-heads §6.3: beam 5, score / length)."""
+    """Beam search (the ``m30k-small`` recipe: beam 5, score / length)."""
 
     beam: int = Field(5, ge=1, le=64)
     lenpen: float = Field(1.0, ge=0, le=10)
@@ -203,7 +205,8 @@ class DecodeConfig(Strict):
 
 
 class HeadMaskConfig(Strict):
-    """HeadMask (Sun et al.; METHODS-heads §2): mask N heads per batch during training only."""
+    """HeadMask (Sun et al. 2022; docs/papers/headmask.md): mask N heads per batch during
+    training only."""
 
     mode: Literal["none", "random", "impt"] = "none"
     n: int | None = Field(None, ge=1, description="heads masked per batch; default 12.5% of all")

@@ -1,5 +1,6 @@
 """Scoring with sacreBLEU: BLEU and chrF with signatures, paired bootstrap against another
-system (Koehn 2004, through sacreBLEU), and BLEU by source-length bins (METHODS-heads §5.6-5.7)."""
+system (Koehn 2004, through sacreBLEU), and BLEU by reference-length bins
+(docs/papers/index.md, "Evaluation and BLEU")."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, cast
 from sacrebleu.metrics.bleu import BLEU
 from sacrebleu.metrics.chrf import CHRF
 
-SEED_BINS = (0, 10, 20, 30, 40, 50)  # [0,10) ... [50, inf): METHODS-heads §5.6
+PAPER_BINS = (0, 10, 20, 30, 40, 50)  # [0,10) ... [50, inf): the papers' bins
 MULTI30K_BINS = (0, 8, 12, 16, 20)  # the spec's extra bins for Multi30k's short references
 UNRELIABLE = 50  # bins with fewer sentences are flagged
 
@@ -86,7 +87,7 @@ def paired_bootstrap(
     )
 
 
-def length_bin(length: int, edges: Sequence[int] = SEED_BINS) -> int:
+def length_bin(length: int, edges: Sequence[int] = PAPER_BINS) -> int:
     """Index of the bin ``[edges[k], edges[k+1])`` holding ``length`` (the last bin is open)."""
     k = 0
     while k + 1 < len(edges) and length >= edges[k + 1]:
@@ -95,9 +96,9 @@ def length_bin(length: int, edges: Sequence[int] = SEED_BINS) -> int:
 
 
 def bleu_by_length(
-    hyps: Sequence[str], refs: Sequence[str], edges: Sequence[int] = SEED_BINS
+    hyps: Sequence[str], refs: Sequence[str], edges: Sequence[int] = PAPER_BINS
 ) -> list[tuple[str, int, float, bool]]:
-    """BLEU per reference-length bin (whitespace tokens of the raw reference; §5.6):
+    """BLEU per reference-length bin (whitespace tokens of the raw reference):
     ``(bin, sentences, BLEU, reliable)``; empty bins are left out."""
     _check(hyps, refs)
     bins = [length_bin(len(r.split()), edges) for r in refs]

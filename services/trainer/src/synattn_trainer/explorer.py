@@ -1,7 +1,8 @@
 """The attention explorer's model side: what every head of a trained run applies to one sentence,
 the syntax that sentence gave the model, and what each head is (fixed, gated, masked, pruned).
 
-The probabilities are the ones the model applies (DECISIONS §3), teacher-forced on the reference
+The probabilities are the ones the model applies (docs/papers/index.md, "What an analysis
+reads"), teacher-forced on the reference
 target so decoder and cross attention are defined; ``synattn attention`` exports the same arrays
 (``inference.applied_attention`` calls ``row_attention`` here). ``ExplorerCache`` keeps a few
 loaded models and corpora per process, so clicking from row to row does not reload either.
@@ -25,7 +26,7 @@ from synattn_trainer.data import Corpus, corpus_from_rows, load_corpus, make_bat
 from synattn_trainer.model import Transformer
 from synattn_trainer.tokenizer import load_tokenizer
 
-NAMES = {  # P^(k) of METHODS-heads §1.2, by fixed head index
+NAMES = {  # P^(k) of docs/papers/fixed-patterns.md, by fixed head index
     0: "current token", 1: "previous token", 2: "next token", 3: "left context",
     4: "right context", 5: "end of sentence", 6: "start of sentence", 7: "last token",
 }  # fmt: skip
@@ -263,8 +264,9 @@ def run_stats(folder: Path) -> dict[str, dict[str, list[float | None]]]:
 
 
 def text_corpus(run: Loaded, parsed: dict[str, Any]) -> Corpus:
-    """A one-row corpus from a parser API sentence; the target is the model's own greedy
-    translation (there is no reference), so decoder attention is over what it would output."""
+    """A one-row corpus from a parsed sentence (the row the run's recorded parse makes of it,
+    ``rawtext``); the target is the model's own greedy translation (there is no reference), so
+    decoder attention is over what it would output. ``refs[0]`` is that translation."""
     from synattn_trainer.data import SYNTAX_COLUMNS
     from synattn_trainer.decode import translate_corpus
 

@@ -1,4 +1,4 @@
-"""Head importance and HeadMask training (Sun et al.; METHODS-heads §2).
+"""Head importance and HeadMask training (Sun et al. 2022; docs/papers/headmask.md).
 
 Importance is ``I_g = mean_x |dL(x)/d xi_g|`` at ``xi = 1``: one backward to a ``[B, G]`` gate
 tensor gives every sentence's value at once (sentences do not interact), and
@@ -82,7 +82,7 @@ def select_important(importance: np.ndarray | Tensor, n: int) -> list[int]:
 
 
 def random_heads(total: int, n: int, seed: int, update: int, micro: int) -> list[int]:
-    """``n`` distinct heads drawn by a generator seeded from ``(seed, update, micro)`` (§2.3)."""
+    """``n`` distinct heads drawn by a generator seeded from ``(seed, update, micro)``."""
     rng = np.random.default_rng([seed, update, micro])
     return sorted(rng.choice(total, size=n, replace=False).tolist())
 

@@ -28,7 +28,7 @@ def translate_split(
     ablate: Sequence[int] = (),
 ) -> list[str]:
     """Beam-search translations of every row of ``data`` (in row order); ``ablate``: fixed
-    heads switched off for this run only (seed 001's test-time ablation)."""
+    heads switched off for this run only (the fixed-pattern paper's test-time ablation)."""
     if not checkpoint.is_file():
         raise FileNotFoundError(f"{checkpoint}: no such checkpoint")
     device = _device()

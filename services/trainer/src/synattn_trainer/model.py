@@ -83,7 +83,8 @@ class MultiHeadAttention(nn.Module):
         self.dropout = cfg.attn_dropout
         self.causal = causal
         self.variant = variant
-        self.head_gates = HeadGates(cfg, variant.kind, variant.layer)  # xi (METHODS-heads §0)
+        # xi: docs/papers/headmask.md, "Head gates"
+        self.head_gates = HeadGates(cfg, variant.kind, variant.layer)
         # the hooks called: the configured variant(s), then the head gates; not registered as
         # a submodule, so parameter names (and checkpoints) stay ``variant.*``
         self.hooks: AttentionVariant
@@ -94,7 +95,7 @@ class MultiHeadAttention(nn.Module):
 
     @property
     def gate_offset(self) -> int:
-        """This module's first global head index g (METHODS-heads §0)."""
+        """This module's first global head index g (docs/papers/headmask.md, "Head gates")."""
         return self.head_gates.offset
 
     def _probs(self, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
@@ -289,7 +290,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: TrainConfig, layer: int) -> None:
         super().__init__()
         m = cfg.model
-        enc = m.encoder_view()  # the 1L baseline: one head of d_h = d (METHODS-heads §1.4)
+        enc = m.encoder_view()  # the 1L baseline: one head of d_h = d (fixed patterns)
         variant = build_layer_variant(cfg.variants_for("enc_self", layer), enc, "enc_self", layer)
         self.self_attn = MultiHeadAttention(enc, variant)
         self.ffn = FeedForward(m)
@@ -412,7 +413,8 @@ class Transformer(nn.Module):
         )
 
     def ablate_fixed_heads(self, heads: Sequence[int]) -> int:
-        """Test-time ablation of fixed-pattern heads (seed 001 §5), in eval mode only; returns
+        """Test-time ablation of fixed-pattern heads (Raganato et al. 2020, docs/papers/
+        fixed-patterns.md, "Test-time ablation"), in eval mode only; returns
         how many modules it applies to.
 
         Raises:
@@ -475,7 +477,7 @@ class Transformer(nn.Module):
         targets) only those, ``[N, V]`` in that order. The output layer is the largest matrix
         product of a small model, and its rows at padding are thrown away by the loss anyway."""
         tgt_pad = tgt_in.eq(PAD_ID)
-        # per-token aux losses (§3.1); a tensor, so that the host need not wait for the device
+        # per-token aux losses; a tensor, so that the host need not wait for the device
         self.state.target_tokens = (~tgt_pad).sum()
         y = self._embed(self.tgt_embed, tgt_in)
         masks: dict[Hashable, Tensor | None] = {}

@@ -1,4 +1,5 @@
-"""Fixed encoder attention patterns (Raganato et al.; METHODS-heads §1): pure numpy.
+"""Fixed encoder attention patterns (Raganato et al. 2020; docs/papers/fixed-patterns.md):
+pure numpy.
 
 Token-based patterns depend only on the sentence length; word-based ones apply the same rules
 to word positions and split each word's mass equally over its pieces.

@@ -125,9 +125,9 @@ def dev_gate_values(metrics: Path) -> tuple[int, dict[str, float], dict[str, flo
 
 
 def gate_heatmap(metrics: Path, out: Path, stat: str = "gate") -> Path:
-    """Layers x heads heatmap of gated SLR's gate: the dev-set mean in eval mode (seed 003
-    Fig. 3; each cell also shows the standard deviation over sentences) when the run logged
-    it, else the last training batch's values of ``stat``."""
+    """Layers x heads heatmap of gated SLR's gate: the dev-set mean in eval mode (the
+    gated-SLR paper's Fig. 3; each cell also shows the standard deviation over sentences) when
+    the run logged it, else the last training batch's values of ``stat``."""
     dev = dev_gate_values(metrics) if stat == "gate" else None
     if dev is not None:
         update, means, stds = dev

@@ -4,7 +4,8 @@ raw lines turned into the shard rows ``synattn parse`` would have written for th
 
 A syntax-aware model reads features of its source's parse, and even a plain model reads the
 parser's words: at test time a sentence must go through the same backend, model version and
-feature options as the training data did (METHODS §10.11). The record is the training split's
+feature options as the training data did (docs/papers/index.md, "Constituency trees derived
+from dependencies"). The record is the training split's
 manifest entry (``parser``, ``features``) plus whether its lines were pretokenised; the reader-side
 options (SLR's binarisation, temperatures) are the model's own configuration and travel with it.
 """

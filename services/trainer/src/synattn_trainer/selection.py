@@ -1,4 +1,5 @@
-"""Which checkpoints make a run's final model (DECISIONS §7): the average of the last N saved
+"""Which checkpoints make a run's final model (docs/papers/index.md, "Checkpoint averaging
+only at the end of training"): the average of the last N saved
 inside a final window of the run, the last checkpoint, or the best on validation loss.
 
 Averaging is a convergence-time technique. The last N checkpoints of a short run saved once per
@@ -55,5 +56,6 @@ def averaging_error(
         f"averaging the last {average_last} checkpoints saved every {every} {unit} of a "
         f"{max_updates}-update run starts at update {picked[0]}, before its final "
         f"{window:.0%} (update {math.ceil(start)}): {hint}average fewer, or widen "
-        f"train.average_window (DECISIONS §7)"
+        f"train.average_window (docs/papers/index.md, 'Checkpoint averaging only at the end of "
+        "training')"
     )

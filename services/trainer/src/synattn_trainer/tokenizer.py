@@ -41,8 +41,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 def encode_source(
     tok: Tokenizer, sentences: Sequence[Sequence[str]], eos: bool = True
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Subword ids of pretokenised sentences, plus ``</s>`` unless ``eos`` is False (seeds 000
-    and 001 trained without one, DECISIONS.md §1); each subword's word (-1: ``</s>``)."""
+    """Subword ids of pretokenised sentences, plus ``</s>`` unless ``eos`` is False (the
+    fixed-pattern paper trained without one: docs/papers/index.md, "Source </s>"); each
+    subword's word (-1: ``</s>``)."""
     encs = tok.encode_batch(
         [list(s) for s in sentences], is_pretokenized=True, add_special_tokens=False
     )

@@ -44,7 +44,7 @@ FINAL_NAMES = {"average": "averaged.pt", "best_valid": "best.pt"}  # model-only 
 
 
 def lr_factor(step: int, warmup: int) -> float:
-    """Linear warm-up to 1 over ``warmup`` updates, then ``sqrt(warmup / step)`` (§6.3)."""
+    """Linear warm-up to 1 over ``warmup`` updates, then ``sqrt(warmup / step)``."""
     step = max(step, 1)
     return min(step / warmup, math.sqrt(warmup / step))
 
@@ -303,7 +303,8 @@ class Trainer:
 
     def _check_epoch_averaging(self) -> None:
         """Refuse, before any training, an average of per-epoch checkpoints that would reach
-        outside the run's final window (DECISIONS §7; K-update saving is checked by the config)."""
+        outside the run's final window (docs/papers/index.md, "Checkpoint averaging only at the end
+        of training"; K-update saving is checked by the config)."""
         t = self.cfg.train
         if "average" not in t.selections() or t.checkpoint_every_updates or t.average_last <= 1:
             return
@@ -636,7 +637,7 @@ class Trainer:
         return last, [], (ck.update_of(last) if last else self.update)
 
     def _log_dev_gates(self) -> None:
-        """Gated SLR: the gates over the dev set in eval mode (what seed 003 Fig. 3 shows),
+        """Gated SLR: the gates over the dev set in eval mode (what the paper's Fig. 3 shows),
         logged as a ``gates_dev`` event; nothing for models without a gate."""
         from synattn_trainer.analysis import dev_gates
 

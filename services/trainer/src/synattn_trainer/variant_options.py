@@ -55,7 +55,7 @@ class VanillaConfig(VariantConfig):
 
 
 class DeaConfig(VariantConfig):
-    """Dependency mask: keys that are the query itself, its head or a dependent (§3.1)."""
+    """Dependency mask: keys that are the query itself, its head or a dependent (DEA)."""
 
     heads: Heads = "all"
 
@@ -65,7 +65,7 @@ class DeaConfig(VariantConfig):
 
 
 class LpeaConfig(VariantConfig):
-    """Local-phrase bias ``P = -|tanh(W_P M + b_P) U_P|`` over clipped RP (§4.4)."""
+    """Local-phrase bias ``P = -|tanh(W_P M + b_P) U_P|`` over clipped RP (LPEA)."""
 
     k: int = Field(RP_CLIP, ge=0, le=62)
     lp_outside: LpOutside = LP_OUTSIDE
@@ -77,18 +77,18 @@ class LpeaConfig(VariantConfig):
 
 
 class RelPosConfig(VariantConfig):
-    """Shaw et al. relative positions, clip ``k``, key and value terms (§7.1)."""
+    """Shaw et al. relative positions, clip ``k``, key and value terms."""
 
     k: int = Field(16, ge=0, le=512)
     values: bool = True
 
 
 class LocalnessConfig(VariantConfig):
-    """Yang et al. Gaussian bias with a predicted centre and window per query (§7.2)."""
+    """Yang et al. Gaussian bias with a predicted centre and window per query."""
 
 
 class SlrConfig(VariantConfig):
-    """Soft syntactic local range ``log m`` with temperature ``tau`` (§2.4-2.6)."""
+    """Soft syntactic local range ``log m`` with temperature ``tau`` (Hou et al.)."""
 
     tau: float = Field(SLR_TAU, gt=0, le=1e6)
     mode: Literal["pure", "avg", "gated"] = "gated"
@@ -110,7 +110,8 @@ class SlrConfig(VariantConfig):
 
 
 class RheConfig(VariantConfig):
-    """Redundant heads found per sentence, enlivened with DEA or LPEA, or pruned (§3.2-3.3).
+    """Redundant heads found per sentence, enlivened with DEA or LPEA, or pruned (Zhang et al.
+    2021).
 
     RHE on Rel_Pos or Localness is a composition: list ``rel_pos`` or ``localness`` on the same
     layer, before ``rhe`` (their biases and Rel_Pos's value term reach RHE's attention)."""
@@ -130,7 +131,7 @@ class RheConfig(VariantConfig):
 
 
 class LisaConfig(VariantConfig):
-    """One head supervised to attend to each token's dependency parent (§7.3)."""
+    """One head supervised to attend to each token's dependency parent (LISA)."""
 
     head: int = Field(0, ge=0, le=1023)
     loss: Literal["l2", "ce"] = "l2"
@@ -143,7 +144,7 @@ class LisaConfig(VariantConfig):
 
 
 class PascalConfig(VariantConfig):
-    """Logits scaled by a Gaussian centred on the parent (Bugliarello & Okazaki 2020; §7.4)."""
+    """Logits scaled by a Gaussian centred on the parent (Bugliarello & Okazaki 2020)."""
 
     heads: list[int] = Field(default_factory=lambda: [0, 1], max_length=1024)
     sigma: float = Field(1.0, gt=0, le=1e6)
@@ -158,7 +159,7 @@ class PascalConfig(VariantConfig):
 
 
 class SlaConfig(VariantConfig):
-    """Dependency-distance local mask mixed with global attention by a naive gate (§7.5)."""
+    """Dependency-distance local mask mixed with global attention by a naive gate (SLA)."""
 
     m: int = Field(SLA_M, ge=0, le=4096)
     neighbour_union: bool = True
@@ -173,7 +174,7 @@ class SlaConfig(VariantConfig):
 
 
 class FixedConfig(VariantConfig):
-    """Heads ``0..fixed-1`` follow patterns 1..fixed; the rest are learned (seed 001)."""
+    """Heads ``0..fixed-1`` follow patterns 1..fixed; the rest are learned (Raganato et al.)."""
 
     fixed: int = Field(7, ge=1, le=8, description="7: 7F+1L, 8: 8F")
     word_based: bool = False
@@ -194,7 +195,7 @@ class FixedConfig(VariantConfig):
 
 
 class DisagreementConfig(VariantConfig):
-    """Penalise similar heads (Li et al. 2018): subspace, position or output term (§3)."""
+    """Penalise similar heads (Li et al. 2018): subspace, position or output term."""
 
     term: Literal["subspace", "position", "output"] = "output"
     weight: float = Field(1.0, ge=0, le=1e4, description="lambda")
@@ -202,7 +203,7 @@ class DisagreementConfig(VariantConfig):
 
 
 class RoutingConfig(VariantConfig):
-    """Routing-by-agreement replacing the head aggregation (Li et al. 2019; §4)."""
+    """Routing-by-agreement replacing the head aggregation (Li et al. 2019)."""
 
     method: Literal["simple", "em"] = "em"
     iterations: int = Field(3, ge=1, le=100)
@@ -213,8 +214,9 @@ class RoutingConfig(VariantConfig):
     lambda_max: float = Field(3.0, ge=0, le=1e4)
     output_layernorm: bool = Field(
         False,
-        description="the old placement (before DECISIONS §6): dropout in the vote network and a "
-        "LayerNorm on the routed output instead of on the vote network's input",
+        description="the earlier placement (docs/papers/diversity.md, 'Decisions'): dropout in "
+        "the vote network and a LayerNorm on the routed output instead of on the vote network's "
+        "input",
     )
 
     def check_placement(self, model: ModelConfig, kind: AttentionType) -> None:

@@ -12,7 +12,8 @@ def record_from_doc(
 ) -> SentenceRecord:
     """Build the record of one parsed line.
 
-    Several sentences in the ``Doc`` stay one record with several roots (METHODS §1.7, §3.4).
+    Several sentences in the ``Doc`` stay one record with several roots, not linked to each
+    other (docs/papers/gated-slr.md, "Decisions").
 
     Args:
         doc: a spaCy ``Doc`` or ``Span`` with a dependency parse.

@@ -1,1 +1,1 @@
-"""Pure syntax algorithms (METHODS-syntax.md): trees, SLR, dependencies, phrases, subwords."""
+"""Pure syntax algorithms (docs/papers/): trees, SLR, dependencies, phrases, subwords."""

@@ -1,4 +1,5 @@
-"""Dependency trees: validation, tree hops and the DEA mask (seed 000 eq. 5; METHODS §3.1).
+"""Dependency trees: validation, tree hops and the DEA mask (RHE paper eq. 5;
+docs/papers/rhe-sea.md, "DEA").
 
 Heads are 1-based with 0 = root, as on disk. ``dep_hops[i, j]`` is the path length between words
 ``i`` and ``j`` in the undirected dependency graph, ``HOPS_UNREACHABLE`` (255) across trees.
@@ -60,7 +61,7 @@ def ancestor_matrix(parent: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
 
 
 def dep_hops(heads: npt.ArrayLike) -> npt.NDArray[np.uint8]:
-    """Tree distance between every pair of words (§3.1).
+    """Tree distance between every pair of words.
 
     ``hops(i, j) = depth_i + depth_j - 2 depth(LCA)``; the number of common ancestors (inclusive)
     is ``depth(LCA) + 1``, so one boolean matrix product gives every LCA depth at once.
@@ -82,7 +83,7 @@ def dep_hops(heads: npt.ArrayLike) -> npt.NDArray[np.uint8]:
 
 
 def dea_keep_mask(heads: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-    """DEA keep-mask (§3.1): True where ``i = j``, ``h(i) = j`` or ``h(j) = i``.
+    """DEA keep-mask: True where ``i = j``, ``h(i) = j`` or ``h(j) = i``.
 
     Built directly from the arcs in O(n) writes; equals ``dep_hops(heads) <= 1``.
     """
@@ -96,5 +97,5 @@ def dea_keep_mask(heads: npt.ArrayLike) -> npt.NDArray[np.bool_]:
 
 
 def dea_bias(heads: npt.ArrayLike) -> npt.NDArray[np.float32]:
-    """DEA additive bias ``D`` (seed 000 eq. 5): 0 where related, ``-inf`` elsewhere."""
+    """DEA additive bias ``D`` (RHE paper eq. 5): 0 where related, ``-inf`` elsewhere."""
     return np.where(dea_keep_mask(heads), np.float32(0.0), np.float32(-np.inf)).astype(np.float32)

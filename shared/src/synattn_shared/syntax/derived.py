@@ -1,4 +1,5 @@
-"""Constituency trees derived from a dependency parse: the ``derived`` backend (METHODS §5).
+"""Constituency trees derived from a dependency parse: the ``derived`` backend
+(docs/papers/index.md, "Constituency trees derived from dependencies").
 
 Used when no constituency model is installed. Non-projective arcs are lifted to the grandparent
 (shortest arc first), then each head projects one constituent (``flat``, default), an X-bar-like
@@ -35,7 +36,7 @@ PHRASE_OF_UPOS = {
 
 def nonprojective_arcs(parent: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Dependents whose arc is non-projective: a word strictly between head and dependent is not
-    dominated by the head (§5.1 step 2). Parents are 0-based, -1 = root."""
+    dominated by the head. Parents are 0-based, -1 = root."""
     n = parent.shape[0]
     anc = ancestor_matrix(parent)
     k = np.arange(n)[None, :]
@@ -47,7 +48,7 @@ def nonprojective_arcs(parent: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 
 def projectivise(heads: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    """Lift non-projective arcs until none is left (§5.1 step 2).
+    """Lift non-projective arcs until none is left, shortest arc first.
 
     Args:
         heads: 1-based heads, 0 = root.
@@ -78,7 +79,7 @@ def derive_tree(
     xpos: Sequence[str] | None = None,
     scheme: Scheme = "flat",
 ) -> nltk.Tree:
-    """Constituency tree over ``words`` from a dependency parse (§5.1).
+    """Constituency tree over ``words`` from a dependency parse.
 
     Args:
         words: the tokens.

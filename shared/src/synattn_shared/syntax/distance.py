@@ -1,7 +1,8 @@
-"""Syntactic distance of a constituency tree and its inverse (Shen et al. 2018; METHODS §1).
+"""Syntactic distance of a constituency tree and its inverse (Shen et al. 2018;
+docs/papers/gated-slr.md, "Syntactic distance").
 
 ``d_t`` is the height, in the collapsed tree C(T) with leaves at height 0, of the lowest common
-ancestor of words ``t`` and ``t+1``; this is seed 003's "-1 offset" form (minimum 1).
+ancestor of words ``t`` and ``t+1``; this is the gated-SLR paper's "-1 offset" form (minimum 1).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ Ties = Literal["merge", "first"]
 
 
 def shape_distances(shape: Shape, binarize: Binarize = "none") -> npt.NDArray[np.int16]:
-    """Distances of a tree shape (§1.3): post-order, every split under a node gets its height.
+    """Distances of a tree shape: post-order, every split under a node gets its height.
 
     Args:
         shape: an unlabelled tree (unary nodes are collapsed first).
@@ -55,7 +56,7 @@ def shape_distances(shape: Shape, binarize: Binarize = "none") -> npt.NDArray[np
 
 
 def distances_to_shape(d: npt.ArrayLike, ties: Ties = "merge") -> Shape:
-    """Inverse of ``shape_distances`` (§1.4): a Cartesian tree by maximum.
+    """Inverse of ``shape_distances``: a Cartesian tree by maximum.
 
     Args:
         d: split values ``[n-1]`` (any integers or floats).

@@ -1,4 +1,5 @@
-"""Local phrases and relative local-phrasal positions RP (seed 000 §4.1.2; METHODS §4).
+"""Local phrases and relative local-phrasal positions RP (RHE paper §4.1.2;
+docs/papers/rhe-sea.md, "LPEA").
 
 ``LP(i)`` is the span of the collapsed-tree parent of word ``i`` (Rule 1); ``R`` its symmetric
 closure (Rule 2); ``RP_ij = layer_j - layer_i`` on related pairs and ``RP_OUT`` elsewhere.
@@ -11,14 +12,14 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-RP_OUT = 32767  # the seed's "infinity"; clip() maps it to +k without a special case
+RP_OUT = 32767  # the paper's "infinity"; clip() maps it to +k without a special case
 LpOutside = Literal["clip", "extra_index", "mask"]
 
 
 def local_phrase_spans(
     d: npt.ArrayLike,
 ) -> tuple[npt.NDArray[np.int16], npt.NDArray[np.int16]]:
-    """Local-phrase spans ``[lp_start, lp_end)`` from flat distances (§4.2).
+    """Local-phrase spans ``[lp_start, lp_end)`` from flat distances.
 
     With ``h = min(d_{i-1}, d_i)`` (a missing neighbour counts as +inf), ``LP(i)`` is the maximal
     span around ``i`` whose inner splits are all ``<= h``.
@@ -57,7 +58,7 @@ def related(lp_start: npt.ArrayLike, lp_end: npt.ArrayLike) -> npt.NDArray[np.bo
 def relative_phrasal_positions(
     layers: npt.ArrayLike, lp_start: npt.ArrayLike, lp_end: npt.ArrayLike
 ) -> npt.NDArray[np.int16]:
-    """RP matrix (§4.3): key layer minus query layer on related pairs, ``RP_OUT`` elsewhere."""
+    """RP matrix: key layer minus query layer on related pairs, ``RP_OUT`` elsewhere."""
     lay = np.asarray(layers, dtype=np.int32)
     diff = lay[None, :] - lay[:, None]
     return np.where(related(lp_start, lp_end), diff, RP_OUT).astype(np.int16)
@@ -68,7 +69,7 @@ def rp_index(rp: npt.ArrayLike, k: int, lp_outside: LpOutside = "clip") -> npt.N
 
     Args:
         rp: RP values with ``RP_OUT`` for unrelated pairs.
-        k: clip distance (seed 000's best: 6).
+        k: clip distance (the RHE paper's best: 6).
         lp_outside: ``clip`` gives OUT the ``+k`` index (default); ``extra_index`` and ``mask``
             give it the extra index ``2k+1`` (a separate embedding, or ``-inf`` in the variant).
 

@@ -1,7 +1,8 @@
-"""Numpy reference formulas of the attention-side quantities (METHODS §3.2, §4.4, §7.2, §7.4).
+"""Numpy reference formulas of the attention-side quantities: RHE's measures, LPEA's bias
+table (docs/papers/rhe-sea.md), Localness and PASCAL (docs/papers/index.md, "Baselines").
 
 The trainer implements these in torch; its tests compare against these references, which are
-themselves pinned to the spec's worked examples.
+themselves pinned to hand-checked worked examples.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy.typing as npt
 def head_confidence(
     attn: npt.ArrayLike, query_mask: npt.ArrayLike, key_mask: npt.ArrayLike
 ) -> float:
-    """``h_conf = mean_{i in Q} max_{j in K} A_ij`` (seed 000 eq. 3; Voita et al. 2019)."""
+    """``h_conf = mean_{i in Q} max_{j in K} A_ij`` (RHE paper eq. 3; Voita et al. 2019)."""
     a = np.asarray(attn, dtype=np.float64)
     q = np.asarray(query_mask, dtype=bool)
     k = np.asarray(key_mask, dtype=bool)
@@ -26,7 +27,7 @@ def syntactic_attention(
     query_mask: npt.ArrayLike,
     key_mask: npt.ArrayLike,
 ) -> float:
-    """``Syn_attn = mean_{i in Q} sum_{j in K} 1[related] A_ij`` (seed 000 eq. 9)."""
+    """``Syn_attn = mean_{i in Q} sum_{j in K} 1[related] A_ij`` (RHE paper eq. 9)."""
     a = np.asarray(attn, dtype=np.float64)
     keep = np.asarray(related, dtype=bool) & np.asarray(key_mask, dtype=bool)[None, :]
     return float((a * keep)[np.asarray(query_mask, dtype=bool)].sum(axis=1).mean())
@@ -49,7 +50,7 @@ def phrasal_bias_table(
 
 
 def localness_bias(centre: float, window: float, length: int) -> npt.NDArray[np.float64]:
-    """Yang et al. Gaussian bias ``G_j = -(j - P)^2 / (2 sigma^2)``, ``sigma = D/2`` (§7.2)."""
+    """Yang et al. Gaussian bias ``G_j = -(j - P)^2 / (2 sigma^2)``, ``sigma = D/2``."""
     j = np.arange(length, dtype=np.float64)
     sigma = window / 2.0
     bias: npt.NDArray[np.float64] = -((j - centre) ** 2) / (2.0 * sigma**2)
@@ -57,7 +58,7 @@ def localness_bias(centre: float, window: float, length: int) -> npt.NDArray[np.
 
 
 def pascal_density(centres: npt.ArrayLike, length: int, sigma: float = 1.0) -> np.ndarray:
-    """PASCAL normal density ``N_sj`` around each row's centre (§7.4)."""
+    """PASCAL normal density ``N_sj`` around each row's centre."""
     c = np.asarray(centres, dtype=np.float64)[:, None]
     j = np.arange(length, dtype=np.float64)[None, :]
     density: np.ndarray = np.exp(-((j - c) ** 2) / (2 * sigma**2)) / np.sqrt(2 * np.pi * sigma**2)

@@ -1,13 +1,14 @@
-"""Syntactic local range (SLR), hard and soft (Hou et al. 2022; seed 003; METHODS §2).
+"""Syntactic local range (SLR), hard and soft (Hou et al. 2022; the gated-SLR paper;
+docs/papers/gated-slr.md, "Syntactic local range").
 
-Hard SLR (§2.2) for query ``i`` and key ``j``::
+Hard SLR for query ``i`` and key ``j``::
 
     m_ij = prod_{t=j}^{i-2}   I(d_{i-1} - d_t)    (j <= i-2)
          = prod_{t=i+1}^{j-1} I(d_i - d_t)        (j >= i+2)
          = 1                                      (|i-j| <= 1)
 
 with ``I(x) = 1[x > 0]`` (strict) or ``1[x >= 0]`` (inclusive). Every row is one interval
-``[L_i, R_i]``. Soft SLR (§2.4) replaces ``I`` by ``f_tau(x) = sigmoid(2x/tau)`` and is computed
+``[L_i, R_i]``. Soft SLR replaces ``I`` by ``f_tau(x) = sigmoid(2x/tau)`` and is computed
 in log space, ``log m = sum of logsigmoid``, so long products never underflow.
 """
 
@@ -23,13 +24,13 @@ from synattn_shared.defaults import SLR_TAU
 SlrTies = Literal["strict", "inclusive"]
 SlrMode = Literal["hard", "soft"]
 
-D_BIG = 1000.0  # split value next to </s>, BOS and padding (§6.3)
+D_BIG = 1000.0  # split value next to </s>, BOS and padding ("SLR at subword level")
 
 
 def slr_intervals(
     d: npt.ArrayLike, ties: SlrTies = "strict"
 ) -> tuple[npt.NDArray[np.int16], npt.NDArray[np.int16]]:
-    """Interval form of the hard SLR (§2.2): row ``i`` keeps keys ``L_i <= j <= R_i``.
+    """Interval form of the hard SLR: row ``i`` keeps keys ``L_i <= j <= R_i``.
 
     ``L_i = 1 + max{t <= i-2 : d_t >= d_{i-1}}`` (0 if none) and
     ``R_i = min{t >= i+1 : d_t >= d_i}`` (n-1 if none); ``inclusive`` uses ``>`` instead.
@@ -91,12 +92,13 @@ def slr_log_mask(
     ties: SlrTies = "strict",
     lengths: npt.ArrayLike | None = None,
 ) -> npt.NDArray[np.float32]:
-    """SLR as an additive log-bias ``log m`` (§2.4, §2.5), batched.
+    """SLR as an additive log-bias ``log m``, batched.
 
     Args:
         d: split distances ``[B, T-1]`` (or ``[T-1]`` for one sentence); padded splits should
-            hold ``D_BIG`` (§6.3).
-        tau: temperature of the soft mode, in distance units (default 10, seed 003's best).
+            hold ``D_BIG``.
+        tau: temperature of the soft mode, in distance units (default 10, the gated-SLR paper's
+            best).
         mode: ``soft`` (``logsigmoid``) or ``hard`` (``{0, -inf}``).
         ties: indicator of the hard mode; soft mode ignores it (a tie costs a factor 1/2).
         lengths: real positions per sentence ``[B]``; rows at or beyond it get bias 0 so no padded

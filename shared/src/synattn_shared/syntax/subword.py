@@ -1,9 +1,10 @@
-"""From words to subwords: word maps, matrix expansion, split expansion (METHODS §6).
+"""From words to subwords: word maps, matrix expansion, split expansion.
 
-Conventions (§0.2, §6.5): the source is ``subwords + </s>``; ``subword_to_word`` is -1 for
-``</s>``, BOS and padding. Word matrices expand by ``X_sub[s, t] = X[word(s), word(t)]``; special
-rows and columns get a per-feature fill with a per-feature diagonal. SLR expands the *split vector*
-instead: inner-word splits are 0, splits next to a special or padding are ``D_BIG``.
+Conventions (docs/papers/index.md, "Subwords, </s> and padding"): the source is
+``subwords + </s>``; ``subword_to_word`` is -1 for ``</s>``, BOS and padding. Word matrices expand
+by ``X_sub[s, t] = X[word(s), word(t)]``; special rows and columns get a per-feature fill with a
+per-feature diagonal. SLR expands the *split vector* instead: inner-word splits are 0, splits next
+to a special or padding are ``D_BIG``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ PieceScheme = Literal["bpe", "sentencepiece", "wordpiece"]
 def word_ids_from_pieces(
     pieces: Sequence[str], scheme: PieceScheme = "bpe", specials: Sequence[str] = ("</s>", "<s>")
 ) -> list[int]:
-    """Rebuild ``subword_to_word`` from the marked pieces of one sentence (§6.1).
+    """Rebuild ``subword_to_word`` from the marked pieces of one sentence.
 
     Args:
         pieces: tokenizer output, e.g. ``["Shar@@", "on"]`` (subword-nmt), ``["▁Shar", "on"]``
@@ -75,7 +76,7 @@ def expand_matrix(
     special_fill: float | int | bool,
     special_diag: float | int | bool,
 ) -> npt.NDArray[np.generic]:
-    """Expand a word matrix to subwords (§6.2): ``X_sub[s, t] = X[word(s), word(t)]``.
+    """Expand a word matrix to subwords: ``X_sub[s, t] = X[word(s), word(t)]``.
 
     Args:
         x: word-level matrix ``[n, n]``.
@@ -101,7 +102,8 @@ def expand_matrix(
 def expand_distances(
     d: npt.ArrayLike, subword_to_word: npt.ArrayLike, d_big: float = D_BIG
 ) -> npt.NDArray[np.float32]:
-    """Split vector at subword level for SLR (§6.3), batched.
+    """Split vector at subword level for SLR (docs/papers/gated-slr.md, "SLR at subword level"),
+    batched.
 
     ``d_sub[s] = D_BIG`` when position ``s`` or ``s+1`` is a special or padding; else 0 inside a
     word; else the word-level distance of the boundary ``word(s) | word(s)+1``.

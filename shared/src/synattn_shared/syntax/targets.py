@@ -1,4 +1,5 @@
-"""Per-subword syntax targets and position indices for the baselines (METHODS §7).
+"""Per-subword syntax targets and position indices for the baselines
+(docs/papers/index.md, "Baselines").
 
 Pure numpy builders used by ``collate``: Shaw relative-position indices, LISA parent targets,
 PASCAL parent centres, the SLA local keep-mask. Positions are subword positions in the
@@ -19,7 +20,7 @@ from synattn_shared.syntax.subword import expand_matrix
 
 
 def shaw_index(T: int, k: int) -> npt.NDArray[np.int64]:
-    """Shaw et al. relative-position index ``clip(j - i, k) + k`` (§7.1), ``[T, T]``."""
+    """Shaw et al. relative-position index ``clip(j - i, k) + k``, ``[T, T]``."""
     pos = np.arange(T)
     index: npt.NDArray[np.int64] = np.clip(pos[None, :] - pos[:, None], -k, k) + k
     return index
@@ -36,7 +37,7 @@ def _first_and_mean_piece(w: npt.NDArray[np.int64], n: int) -> tuple[np.ndarray,
 
 
 def lisa_targets(heads: npt.ArrayLike, subword_to_word: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    """LISA target per subword (§7.3): first piece of the parent word; root and specials: itself
+    """LISA target per subword: first piece of the parent word; root and specials: itself
     (every piece of the root word points to the root's first piece)."""
     parent = validate_heads(heads)
     w = np.asarray(subword_to_word, dtype=np.int64)
@@ -49,7 +50,7 @@ def lisa_targets(heads: npt.ArrayLike, subword_to_word: npt.ArrayLike) -> npt.ND
 def pascal_centres(
     heads: npt.ArrayLike, subword_to_word: npt.ArrayLike
 ) -> npt.NDArray[np.float32]:
-    """PASCAL centre per subword (§7.4): mean position of the parent word's pieces; the root word
+    """PASCAL centre per subword: mean position of the parent word's pieces; the root word
     uses its own pieces; specials are centred on themselves."""
     parent = validate_heads(heads)
     w = np.asarray(subword_to_word, dtype=np.int64)
@@ -66,7 +67,7 @@ def sla_keep_mask(
     is_punct: Sequence[bool] | None = None,
     subword_to_word: npt.ArrayLike | None = None,
 ) -> npt.NDArray[np.bool_]:
-    """SLA local keep-mask (Li et al. 2021; §7.5), word level, optionally expanded to subwords.
+    """SLA local keep-mask (Li et al. 2021), word level, optionally expanded to subwords.
 
     ``keep(i) = N_m(i) | N_m(i-1) | N_m(i+1)`` over words with ``N_m(i) = {j : hops[i, j] <= m}``;
     punctuation keys (``is_punct``) and special keys are visible; special query rows keep all.

@@ -1,7 +1,8 @@
-"""Constituency tree normalisation and unlabelled tree shapes (METHODS-syntax.md §1.1, §4.1).
+"""Constituency tree normalisation and unlabelled tree shapes
+(docs/papers/gated-slr.md, "Syntactic distance"; docs/papers/rhe-sea.md, "LPEA").
 
 A *shape* is an ordered unlabelled tree whose leaves are word indices: an ``int`` is a leaf, a
-``list`` an internal node. ``collapse`` gives the collapsed tree C(T) of §1.1 as a shape.
+``list`` an internal node. ``collapse`` gives the collapsed tree C(T) as a shape.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ PTB_UNESCAPE = {
 
 
 def _prune_empty(tree: nltk.Tree) -> nltk.Tree | None:
-    """Drop ``-NONE-`` preterminals and constituents left without words (§1.1 step 2)."""
+    """Drop ``-NONE-`` preterminals and constituents left without words."""
     from nltk import Tree
 
     def prune(node: nltk.Tree) -> nltk.Tree | None:
@@ -52,7 +53,7 @@ def _prune_empty(tree: nltk.Tree) -> nltk.Tree | None:
 
 
 def normalise_tree(tree: nltk.Tree, unescape: bool = True) -> nltk.Tree:
-    """Normalise a treebank tree: unwrap TOP/ROOT, remove empty elements (§1.1 steps 1-2).
+    """Normalise a treebank tree: unwrap TOP/ROOT, remove empty elements.
 
     Args:
         tree: a labelled tree as read from a treebank or a parser.
@@ -85,7 +86,7 @@ def normalise_tree(tree: nltk.Tree, unescape: bool = True) -> nltk.Tree:
 
 
 def leaf_depths(tree: nltk.Tree) -> list[int]:
-    """Edges from the root of T to each word: the ``layer`` of §4.1 (POS, unary levels count)."""
+    """Edges from the root of T to each word: LPEA's ``layer`` (POS, unary levels count)."""
     from nltk import Tree
 
     if not isinstance(tree, Tree):
@@ -94,7 +95,7 @@ def leaf_depths(tree: nltk.Tree) -> list[int]:
 
 
 def collapse(tree: nltk.Tree | str) -> Shape:
-    """The collapsed tree C(T): every node with one child is replaced by that child (§1.1)."""
+    """The collapsed tree C(T): every node with one child is replaced by that child."""
     from nltk import Tree
 
     counter = iter(range(1 << 30))
@@ -119,7 +120,7 @@ def shape_leaves(shape: Shape) -> list[int]:
 
 
 def canonical_shape(shape: Shape) -> Shape:
-    """Remove unary nodes from a shape (the collapse of §1.1 on an unlabelled tree)."""
+    """Remove unary nodes from a shape (the collapse on an unlabelled tree)."""
     if isinstance(shape, int):
         return shape
     kids = [canonical_shape(c) for c in shape]
@@ -127,7 +128,7 @@ def canonical_shape(shape: Shape) -> Shape:
 
 
 def binarize_right(shape: Shape) -> Shape:
-    """Right-factor every n-ary node: X(c1, c2, ..., ck) -> X(c1, X'(c2, ..., ck)) (§1.3)."""
+    """Right-factor every n-ary node: X(c1, c2, ..., ck) -> X(c1, X'(c2, ..., ck))."""
     if isinstance(shape, int):
         return shape
     kids = [binarize_right(c) for c in shape]

@@ -89,7 +89,8 @@ def parse_isolated(
 
 
 def join_sentence_trees(trees: Sequence[str]) -> str:
-    """One bracketing for a line the parser split into several sentences (METHODS §1.7).
+    """One bracketing for a line the parser split into several sentences
+    (docs/papers/gated-slr.md, "Decisions").
 
     Each tree is normalised (TOP/ROOT unwrapped, escapes undone); several trees are joined under a
     virtual ``TOP`` root, so the boundary splits get ``1 + max(sentence tree heights)``.

@@ -15,7 +15,8 @@ INSTALL = (
 
 
 def benepar_tree(doc: Any) -> str:
-    """The bracketing of a benepar-annotated ``Doc``: its sentences' trees joined (§1.7)."""
+    """The bracketing of a benepar-annotated ``Doc``: its sentences' trees joined
+    under a virtual root (docs/papers/gated-slr.md, "Decisions")."""
     return join_sentence_trees([sent._.parse_string for sent in doc.sents])
 
 

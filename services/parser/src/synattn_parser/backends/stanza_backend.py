@@ -42,7 +42,8 @@ def record_from_stanza(
     ``head`` (1-based within the sentence, 0 = root), ``deprel``, ``upos``, ``xpos``; multi-word
     token rows (``id`` a pair) are skipped, their syntactic words kept. Heads are offset into one
     line-level numbering (several roots when there are several sentences); the trees are joined
-    under a virtual root (§1.7), or left unknown when any is missing.
+    under a virtual root (docs/papers/gated-slr.md, "Decisions"), or left unknown when any is
+    missing.
     """
     words: list[str] = []
     heads: list[int] = []

@@ -34,7 +34,7 @@ from synattn_trainer.variant_options import OPTIONS, VanillaConfig, VariantConfi
 class Progress:
     """Where training stands, for variants that read it: ``update``, ``epoch`` and the planned
     ``max_updates`` (pre-warm-up schedules), and ``target_tokens`` of the last forward (a
-    tensor on the model's device: auxiliary losses in per-token form, §3.1).
+    tensor on the model's device: auxiliary losses in per-token form).
 
     A plain object rather than a dict: a compiled forward guards only the attributes its
     code reads, so the update counter changing every step recompiles nothing that ignores it.

@@ -48,7 +48,7 @@ def keep_outside_graphs() -> None:
 
 
 def logits_of(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
-    """Scaled dot-product logits plus an additive mask, in float32 (METHODS-syntax §2.5)."""
+    """Scaled dot-product logits plus an additive mask, in float32."""
     x = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
     return x if mask is None else x + mask
 

@@ -1,4 +1,4 @@
-"""DEA: the dependency mask as a -inf bias (seed 000; METHODS-syntax §3.1)."""
+"""DEA: the dependency mask as a -inf bias (Zhang et al. 2021; docs/papers/rhe-sea.md, "DEA")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Disagreement regularisation: subspace, position or output term (seed 004; METHODS-heads §3)."""
+"""Disagreement regularisation: subspace, position or output term (Li et al. 2021;
+docs/papers/diversity.md)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,6 @@ class Disagreement(AttentionVariant):
         sim, self.similarity = self.similarity, None
         if sim is None:
             return None
-        # the trainer divides aux losses by the target tokens: per-token-mean form (§3.1)
+        # the trainer divides aux losses by the target tokens: per-token-mean form
         tokens = self._state.target_tokens
         return self.config.weight * sim / self.layers_of_type * tokens

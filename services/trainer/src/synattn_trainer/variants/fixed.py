@@ -1,4 +1,5 @@
-"""Fixed encoder self-attention patterns, token- or word-based (seed 001; METHODS-heads §1)."""
+"""Fixed encoder self-attention patterns, token- or word-based (Raganato et al. 2020;
+docs/papers/fixed-patterns.md)."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ class Fixed(AttentionVariant):
     test_ablate: tuple[int, ...] = ()  # heads switched off at test time (never saved)
 
     def head_outputs(self, heads: Tensor, ctx: AttnContext) -> Tensor:
-        """Ablation (seed 001 §5): the config's ``ablate`` acts always, training included;
-        ``test_ablate`` (``synattn translate --ablate``) only in eval mode."""
+        """Ablation (the paper's test-time ablation): the config's ``ablate`` acts always,
+        training included; ``test_ablate`` (``synattn translate --ablate``) only in eval mode."""
         off = set(self.config.ablate) | (set() if self.training else set(self.test_ablate))
         if not off:
             return heads

@@ -1,5 +1,5 @@
-"""Head gates xi: HeadMask's masks, head importance and masking curves (seed 002; METHODS-heads
-§0, §2)."""
+"""Head gates xi: HeadMask's masks, head importance and masking curves (Sun et al. 2022;
+docs/papers/headmask.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""LISA: a head supervised towards each token's parent (seed 003 baseline; METHODS-syntax §7.3)."""
+"""LISA: a head supervised towards each token's parent (Strubell et al. 2018;
+docs/papers/index.md, "LISA")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Localness: Yang et al.'s Gaussian bias on a predicted window (seed 000; METHODS-syntax §7.2)."""
+"""Localness: Yang et al.'s Gaussian bias on a predicted window
+(docs/papers/index.md, "Localness")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""LPEA: -|tanh(W M + b) U| over clipped local-phrase positions (seed 000; METHODS-syntax §4.4)."""
+"""LPEA: -|tanh(W M + b) U| over clipped local-phrase positions (Zhang et al. 2021;
+docs/papers/rhe-sea.md, "LPEA")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""PASCAL: logits scaled by a Gaussian on the parent (seed 003 baseline; METHODS-syntax §7.4)."""
+"""PASCAL: logits scaled by a Gaussian on the parent (Bugliarello & Okazaki 2020;
+docs/papers/index.md, "PASCAL")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Rel_Pos: Shaw et al.'s relative positions, key and value terms (seed 000; §7.1)."""
+"""Rel_Pos: Shaw et al.'s relative positions, key and value terms (docs/papers/index.md,
+"Rel_Pos")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""RHE: redundant heads enlivened with DEA or LPEA, or pruned (seed 000; METHODS-syntax §3.2)."""
+"""RHE: redundant heads enlivened with DEA or LPEA, or pruned (Zhang et al. 2021;
+docs/papers/rhe-sea.md, "RHE")."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from synattn_trainer.variants.lpea import PhrasalBias
 def head_measures(
     probs: Tensor, related: Tensor, query: Tensor, key: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """``h_conf`` and ``Syn_attn`` per sentence and head (``[B, H]``, detached; §3.2).
+    """``h_conf`` and ``Syn_attn`` per sentence and head (``[B, H]``, detached).
 
     Args:
         probs: ``[B, H, T, T]`` plain attention (no syntactic bias).

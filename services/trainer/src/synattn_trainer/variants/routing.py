@@ -1,4 +1,5 @@
-"""Routing-by-agreement instead of W^O, simple or EM (seed 004; METHODS-heads §4)."""
+"""Routing-by-agreement instead of W^O, simple or EM (Li et al. 2021;
+docs/papers/diversity.md, "Routing-by-agreement")."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def squash(s: Tensor) -> Tensor:
 
 
 def simple_routing(votes: Tensor, iterations: int = 3, softmax_over: str = "outputs") -> Tensor:
-    """Dynamic routing (Sabour et al.; §4.3). ``votes`` ``[..., H, N, Dc]`` -> ``[..., N, Dc]``."""
+    """Dynamic routing (Sabour et al.). ``votes`` ``[..., H, N, Dc]`` -> ``[..., N, Dc]``."""
     logits = torch.zeros(votes.shape[:-1], device=votes.device, dtype=votes.dtype)
     out = votes.new_zeros(votes.shape[:-3] + votes.shape[-2:])
     for t in range(iterations):
@@ -48,7 +49,7 @@ def em_routing(
     eps: float = 1e-9,
     eps_var: float = 1e-6,
 ) -> Tensor:
-    """EM routing (Hinton et al. 2018; §4.4): votes ``[..., H, N, Dc]`` -> ``A mu``."""
+    """EM routing (Hinton et al. 2018): votes ``[..., H, N, Dc]`` -> ``A mu``."""
     n = votes.shape[-2]
     c = torch.full(votes.shape[:-1], 1.0 / n, device=votes.device, dtype=votes.dtype)
     log2pi = math.log(2 * math.pi)
@@ -78,10 +79,11 @@ def em_routing(
 @register("routing", RoutingConfig)
 class Routing(AttentionVariant):
     """``U = ReLU(LayerNorm(O) W_f)``, votes ``U W_v`` ``[H, N, d/N]``, routing; the routed
-    output goes into the residual as it is (METHODS-heads §4.5, DECISIONS §6: the public code's
-    pre-processing LayerNorm, no vote dropout). That keeps the branch at the scale of a ``W^O``
-    output at initialisation; ``output_layernorm`` restores the earlier placement (dropout on
-    ``U``, LayerNorm on the output), whose unit-RMS branch starts several times larger."""
+    output goes into the residual as it is (docs/papers/diversity.md, "Decisions": the public
+    code's pre-processing LayerNorm, no vote dropout). That keeps the branch at the scale of a
+    ``W^O`` output at initialisation; ``output_layernorm`` restores the earlier placement
+    (dropout on ``U``, LayerNorm on the output), whose unit-RMS branch starts several times
+    larger."""
 
     config: RoutingConfig
 

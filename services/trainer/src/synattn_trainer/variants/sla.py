@@ -1,4 +1,5 @@
-"""SLA: a dependency-distance local mask mixed in by a gate (seed 003; METHODS-syntax §7.5)."""
+"""SLA: a dependency-distance local mask mixed in by a gate (Li et al. 2021;
+docs/papers/index.md, "SLA")."""
 
 from __future__ import annotations
 

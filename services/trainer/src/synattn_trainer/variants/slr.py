@@ -1,4 +1,5 @@
-"""SLR: soft syntactic local range, pure, averaged or gated (seed 003; METHODS-syntax §2.4-2.6)."""
+"""SLR: soft syntactic local range, pure, averaged or gated (Hou et al.;
+docs/papers/gated-slr.md)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ class SlrGate(nn.Module):
 @register("slr", SlrConfig)
 class Slr(AttentionVariant):
     """``pure``: ``softmax(x + log m)`` on every head; ``avg``/``gated``: per head
-    ``A = A_raw + G (A_syn - A_raw)`` with ``G = 0.5`` or the gate network (seed 003)."""
+    ``A = A_raw + G (A_syn - A_raw)`` with ``G = 0.5`` or the gate network."""
 
     config: SlrConfig
 
@@ -72,7 +73,7 @@ class Slr(AttentionVariant):
 
     @outside_graph
     def frozen(self, state: Progress) -> bool:
-        """Pre-warm-up (seed 003 §4): the gate network takes no gradient for the first
+        """Pre-warm-up (the paper's §4.5): the gate network takes no gradient for the first
         ``prewarm_epochs`` epochs or ``prewarm_fraction`` of the planned updates. Outside any
         compiled graph, which would otherwise recompile for every new update count."""
         c = self.config
