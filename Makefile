@@ -63,9 +63,13 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict shared/src services/parser/src services/trainer/src services/jobs/src
 
+# two pytest-xdist workers (one per core here), each test file on one worker: a file's tests
+# share its module fixtures, and a fixed Redis database is never flushed under another test
+PYTEST_ARGS ?= -n 2 --dist loadfile
+
 pytest: venv
 	bash .ci/services.sh
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest
 
