@@ -607,17 +607,20 @@ def summary(results: Path, study: str = STUDY, docs: str = "docs/") -> str:
             "",
         ]
     out += [
-        "| paper | our system | Δ BLEU (mean ± std over seeds) | 95% CI of Δ | verdict |",
-        "| --- | --- | --- | --- | --- |",
+        "| paper | our system | Δ BLEU (mean ± std over seeds) | 95% CI of Δ | the interval is "
+        "| verdict |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for c, f, sp, bp in rows:
         paper = f"[{c.short or c.paper}]({docs}papers/{c.page}.md)"
         if f is None:
-            out.append(f"| {paper} | `{c.system}` | not measured yet | – | – |")
+            out.append(f"| {paper} | `{c.system}` | not measured yet | – | – | – |")
             continue
         diffs = list(f["row"]["diffs"].values())
         verdict = decide(diffs, sp, bp)
-        out.append(f"| {paper} | `{c.system}` | {_delta(f['row'])} | {_ci(diffs)} | {verdict} |")
+        said = reading(mean_ci(diffs), c.gains)
+        out.append(f"| {paper} | `{c.system}` | {_delta(f['row'])} | {_ci(diffs)} | {said} | "
+                   f"{verdict} |")  # fmt: skip
     out += ["", f"Full tables (controls, final models, earlier budgets): [{docs}study.md]"
                 f"({docs}study.md).", SUMMARY_END]  # fmt: skip
     return "\n".join(out)

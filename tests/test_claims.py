@@ -65,15 +65,15 @@ def test_the_summary_states_what_the_table_states(tmp_path: Path) -> None:
         line = next(x for x in lines if f"| `{system}` |" in x)
         row = next(x for x in table.splitlines() if f"`{system}`:" in x)
         assert f"| {verdict} |" in line and f"**{verdict}**" in row, (line, row)
-        delta, ci = line.split(" | ")[2:4]
-        assert f"| {delta} | {ci} |" in row, (line, row)
+        delta, ci, said = line.split(" | ")[2:5]
+        assert f"| {delta} | {ci} | {said} |" in row, (line, row)
     gated = next(x for x in lines if "`slr-gated`" in x)
     assert gated.startswith(
         "| [Gated self-attention with SLR (Hou et al.)](docs/papers/gated-slr.md) |"
     )
     rhe = next(x for x in lines if "`rhe+lpea`" in x)
     assert rhe.startswith("| [RHE + SEA (Zhang et al. 2021)](docs/papers/rhe-sea.md) |")
-    assert rhe.endswith("| not measured yet | – | – |")
+    assert rhe.endswith("| not measured yet | – | – | – |")
     assert lines[-2] == ("Full tables (controls, final models, earlier budgets): "
                          "[docs/study.md](docs/study.md).")  # fmt: skip
     # where the section lives, relative to its file
