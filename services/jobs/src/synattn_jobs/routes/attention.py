@@ -3,6 +3,8 @@ sentence, beside the syntax the model read and what each head is (fixed, gated, 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +41,44 @@ def _inside(path: str | None, settings: JobSettings, what: str) -> Path:
         return confine(path, settings.data_root, what, exclude=(settings.home,))
     except UnsafePath:
         raise HTTPException(409, f"the job's {what} lies outside the data root") from None
+
+
+def finished_checkpoint(job: Any, settings: JobSettings, purpose: str) -> Path:
+    """The model file of a finished training job, confined to the data root: a 409 saying why
+    for another kind of job, an unfinished run or a model file that is gone, a 501 when this
+    API was installed without the trainer."""
+    if job.kind != "train":
+        raise HTTPException(
+            409, f"job {job.id} is a {job.kind} job; {purpose} needs a training job"
+        )
+    if job.state != "succeeded":
+        raise HTTPException(409, f"job {job.id} is {job.state}; {purpose} needs a finished run")
+    try:
+        import synattn_trainer  # noqa: F401
+    except ImportError:  # pragma: no cover - every image with the job API has the trainer
+        raise HTTPException(501, "this API was installed without synattn-trainer") from None
+    checkpoint = _inside((job.result or {}).get("checkpoint"), settings, "checkpoint")
+    if not checkpoint.is_file():
+        raise HTTPException(409, f"the run's model file {checkpoint.name} is gone")
+    return checkpoint
+
+
+@contextlib.contextmanager
+def parse_errors() -> Iterator[None]:
+    """Raw text that fails to parse as the run's data was, as HTTP answers: 422 for a sentence
+    the parser refuses, 409 when the parser API's parser is another one, 502 when it does not
+    answer."""
+    from synattn_shared.errors import SyntaxInputError
+    from synattn_trainer import rawtext
+
+    try:
+        yield
+    except SyntaxInputError as exc:
+        raise HTTPException(422, str(exc)) from None
+    except rawtext.ParseMismatch as exc:
+        raise HTTPException(409, str(exc)) from None
+    except rawtext.ParserUnreachable as exc:
+        raise HTTPException(502, str(exc)) from None
 
 
 def _recorded_parser(
@@ -84,18 +124,9 @@ def _text_row(text: str, checkpoint: Path, settings: JobSettings) -> dict[str, A
             for another parse than the recorded one, 501 without a parser, 502 when the
             parser API does not answer.
     """
-    from synattn_shared.errors import SyntaxInputError
-    from synattn_trainer import rawtext
-
     _, parser = _recorded_parser(checkpoint, settings)
-    try:
+    with parse_errors():
         (row,) = parser.rows([text], source="text")
-    except SyntaxInputError as exc:
-        raise HTTPException(422, str(exc)) from None
-    except rawtext.ParseMismatch as exc:  # the parser API's parser is another one
-        raise HTTPException(409, str(exc)) from None
-    except rawtext.ParserUnreachable as exc:
-        raise HTTPException(502, str(exc)) from None
     return dict(row)
 
 
@@ -113,20 +144,9 @@ def attention(
     Free text (``text``) is parsed as the run's training data was (a 409 says why when this
     server cannot), translated greedily by the model, and teacher-forced on that translation,
     which the answer carries as ``translation``."""
-    if job.kind != "train":
-        raise HTTPException(
-            409, f"job {job.id} is a {job.kind} job; attention needs a training job"
-        )
-    if job.state != "succeeded":
-        raise HTTPException(409, f"job {job.id} is {job.state}; attention needs a finished run")
-    try:
-        from synattn_trainer import explorer
-    except ImportError:  # pragma: no cover - every image with the job API has the trainer
-        raise HTTPException(501, "this API was installed without synattn-trainer") from None
-    result = job.result or {}
-    checkpoint = _inside(result.get("checkpoint"), settings, "checkpoint")
-    if not checkpoint.is_file():
-        raise HTTPException(409, f"the run's model file {checkpoint.name} is gone")
+    checkpoint = finished_checkpoint(job, settings, "attention")
+    from synattn_trainer import explorer
+
     limit = settings.attention_max_tokens
     translation = None
     if req.text is not None:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 
 from synattn_jobs.deps import OwnedJob, Settings
-from synattn_jobs.routes.attention import _cache, _inside, _recorded_parser
+from synattn_jobs.routes.attention import (
+    _cache,
+    _recorded_parser,
+    finished_checkpoint,
+    parse_errors,
+)
 from synattn_jobs.schemas import TranslateRequest, TranslateView
-from synattn_shared.errors import SyntaxInputError
 from synattn_shared.webapi import StrictJSONRoute, problems
 
 router = APIRouter(prefix="/v1/jobs", route_class=StrictJSONRoute, tags=["translate"])
@@ -29,34 +33,18 @@ def translate(req: TranslateRequest, job: OwnedJob, settings: Settings, request:
     backend, other feature options). A sentence the model cannot take is a 422 naming it.
     The parsing happens in this process, or through the parser API at ``SYNATTN_PARSER_URL``
     when one is set (its parser must be the recorded one; 502 when it does not answer)."""
-    if job.kind != "train":
-        raise HTTPException(
-            409, f"job {job.id} is a {job.kind} job; translation needs a training job"
-        )
-    if job.state != "succeeded":
-        raise HTTPException(409, f"job {job.id} is {job.state}; translation needs a finished run")
-    try:
-        from synattn_trainer import rawtext
-    except ImportError:  # pragma: no cover - every image with the job API has the trainer
-        raise HTTPException(501, "this API was installed without synattn-trainer") from None
-    checkpoint = _inside((job.result or {}).get("checkpoint"), settings, "checkpoint")
-    if not checkpoint.is_file():
-        raise HTTPException(409, f"the run's model file {checkpoint.name} is gone")
+    checkpoint = finished_checkpoint(job, settings, "translation")
+    from synattn_trainer import rawtext
+
     record, parser = _recorded_parser(checkpoint, settings)
     run, cached = _cache(request, settings).model(checkpoint)
-    try:
+    with parse_errors():
         rows = parser.rows(req.sentences, source="sentence")
         with run.lock:  # decoding keeps per-call state on the modules
             out = rawtext.translate_rows(
                 run.model, run.tok, run.cfg, rows, beam=req.beam, lenpen=req.lenpen,
                 source="sentence",
             )  # fmt: skip
-    except SyntaxInputError as exc:
-        raise HTTPException(422, str(exc)) from None
-    except rawtext.ParseMismatch as exc:  # the parser API's parser is another one
-        raise HTTPException(409, str(exc)) from None
-    except rawtext.ParserUnreachable as exc:
-        raise HTTPException(502, str(exc)) from None
     return {
         "job": job.id,
         "translations": out,
