@@ -357,6 +357,8 @@ def main() -> None:
     if args.repeat_only:
         doc = json.loads(json_path.read_text())
         doc["rounds"] = rounds(work, args, corpora)
+        doc["rounds_run"] = {"command": " ".join(sys.argv), "commit": commit(),
+                             **machine()}  # fmt: skip
         doc["summary"] = summarise(doc["results"], doc["rounds"])
         json_path.write_text(json.dumps(doc, indent=1) + "\n")
         print(json.dumps(doc["summary"], indent=1))
@@ -415,6 +417,15 @@ def rounds(work: Path, args: argparse.Namespace, corpora: list[tuple[str, int]])
             print(f"  round {k + 1} {data.name}: {r['tokens_per_s']} tok/s", flush=True)
         out.append(got)
     return out
+
+
+def commit() -> str:
+    """The checkout's commit, with ``-dirty`` when it has uncommitted changes."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                          capture_output=True).stdout.strip()  # fmt: skip
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           text=True, capture_output=True).stdout.strip()  # fmt: skip
+    return head + ("-dirty" if dirty else "")
 
 
 def machine() -> dict[str, Any]:

