@@ -158,9 +158,16 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def watch(cmd: list[str], env: dict[str, str], metrics: Path, timeout: float) -> dict[str, Any]:
+def watch(
+    cmd: list[str], env: dict[str, str], metrics: Path, timeout: float, sample: bool = True
+) -> dict[str, Any]:
     """Run ``cmd``; peaks of each training process's memory (the ones running ``--child``),
-    and the time from start to the first update in ``metrics``."""
+    and the time from start to the first update in ``metrics``. ``sample=False`` reads no
+    memory: reading ``smaps_rollup`` walks the page table of the mapped cache (60 ms a read at
+    4.5M pairs once a few hundred batches are read, 12 ms at 29k), and on these 2 vCPUs a
+    reader every 0.2 s slowed the watched trainer by 13% at 4.5M pairs (890.9 against 788.6 ms
+    per update, ``bench/scale_steps.py`` with and without it), so speed is measured in runs
+    nobody samples."""
     t0 = time.time()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
@@ -169,7 +176,7 @@ def watch(cmd: list[str], env: dict[str, str], metrics: Path, timeout: float) ->
         if time.time() - t0 > timeout:
             proc.kill()
             raise RuntimeError(f"{cmd}: no end after {timeout:.0f} s")
-        for pid in [proc.pid, *children(proc.pid)]:
+        for pid in [proc.pid, *children(proc.pid)] if sample else []:
             line = cmdline(pid)
             if "--child" not in line or "torch.distributed.run" in line:
                 continue
@@ -267,6 +274,7 @@ def train_run(
     ranks: int,
     updates: int,
     base: int = 0,
+    sample: bool = True,
 ) -> dict[str, Any]:
     """One measured training process (or torchrun of ``ranks``); ``base``: the same batches
     (those of the first ``base`` rows, scattered over the copies), 0: the corpus's own."""
@@ -283,8 +291,9 @@ def train_run(
     else:
         cmd = [sys.executable, *me]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    res = watch(cmd, env, out / "metrics.jsonl", timeout=args.timeout)
-    res.update(mode=mode, ranks=ranks, batches="same" if base else "natural")
+    res = watch(cmd, env, out / "metrics.jsonl", timeout=args.timeout, sample=sample)
+    res.update(mode=mode, ranks=ranks, batches="same" if base else "natural",
+               memory_sampled_every_s=0.2 if sample else None)  # fmt: skip
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # nothing here is kept
     return res
 
@@ -412,7 +421,7 @@ def rounds(work: Path, args: argparse.Namespace, corpora: list[tuple[str, int]])
     for k in range(max(args.repeat, 1)):
         got = {}
         for data in pair:
-            r = train_run(work, data, args, "mapped", 1, args.updates, base_rows)
+            r = train_run(work, data, args, "mapped", 1, args.updates, base_rows, sample=False)
             got[data.name] = r["tokens_per_s"]
             print(f"  round {k + 1} {data.name}: {r['tokens_per_s']} tok/s", flush=True)
         out.append(got)
