@@ -101,6 +101,16 @@ def test_batch_plan_equals_the_reference_on_long_runs_of_equal_lengths(
     assert token_batches(src, tgt, max_tokens, seed, epoch) == expected
 
 
+def test_batch_plan_with_a_few_very_long_sides_equals_the_reference() -> None:
+    """Sides of tens of thousands of subwords: lengths are ranked without a count per possible
+    pair of lengths (which would need gigabytes here)."""
+    src = [3, 40_000, 5, 3, 60_000, 5, 3]
+    tgt = [4, 7, 50_000, 4, 9, 70_000, 4]
+    for epoch in (-1, 0, 1):
+        expected = reference_token_batches(src, tgt, 100_000, 5, epoch)
+        assert token_batches(src, tgt, 100_000, 5, epoch) == expected
+
+
 def test_batch_plan_at_a_million_pairs_equals_the_reference() -> None:
     rng = np.random.default_rng(3)
     n = 1_000_000

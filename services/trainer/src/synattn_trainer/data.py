@@ -184,9 +184,13 @@ def _length_order(src: np.ndarray, tgt: np.ndarray, tiebreak: np.ndarray) -> np.
         return np.lexsort((tiebreak, tgt, src))  # no valid corpus has these; keep exact
     span = int(tgt.max()) + 1
     key = src.astype(np.int64) * span + tgt
-    present = np.bincount(key)
-    sizes = present[present > 0]
-    group = (np.cumsum(present > 0) - 1)[key]  # dense rank of each pair's length pair
+    if (int(src.max()) + 1) * span <= 4 * n + (1 << 20):  # a count per possible pair is cheap
+        present = np.bincount(key)
+        sizes = present[present > 0]
+        group = (np.cumsum(present > 0) - 1)[key]  # dense rank of each pair's length pair
+    else:  # a few very long sides: rank the pairs that occur instead
+        _, group = np.unique(key, return_inverse=True)
+        sizes = np.bincount(group)
     if len(sizes) <= np.iinfo(np.uint16).max + 1:
         group = group.astype(np.uint16)  # numpy sorts 16-bit keys stably by radix
     by_group = np.argsort(group, kind="stable")
@@ -214,10 +218,10 @@ def _batch_starts(widths: np.ndarray, max_tokens: int) -> np.ndarray:
     run_ends = [*change.tolist(), n]
     run_widths = widths[run_starts].tolist()
 
-    def capacity(width: int) -> int:  # pairs of this width a batch holds (a lone pair always)
+    def fits(width: int) -> int:  # the most pairs a batch of this width may hold by budget
         if width <= 0:
-            return n if max_tokens >= 0 else 1
-        return max(max_tokens // width, 1)
+            return n if max_tokens >= 0 else 0
+        return max_tokens // width
 
     pieces: list[np.ndarray] = []
     count = longest = 0  # the open batch: its pairs and its widest pair
@@ -225,14 +229,13 @@ def _batch_starts(widths: np.ndarray, max_tokens: int) -> np.ndarray:
         pos = s
         if count:
             width = max(longest, w)
-            room = (max_tokens // width if width > 0 else n if max_tokens >= 0 else 0) - count
-            joined = min(e - s, max(room, 0))
+            joined = min(e - s, max(fits(width) - count, 0))
             count += joined
             longest = width
             pos += joined
             if pos == e:
                 continue
-        cap = capacity(w)
+        cap = max(fits(w), 1)  # a new batch takes its first pair whatever its width
         firsts = np.arange(pos, e, cap, dtype=np.int64)
         pieces.append(firsts if count else firsts[1:])
         count = e - int(firsts[-1])
