@@ -340,6 +340,8 @@ def main() -> None:
                    help="then alternate one-process runs of the smallest and largest m30k "
                    "corpora this many rounds (medians of tokens/s; run-to-run noise on a "
                    "2-core machine is some 10%%)")  # fmt: skip
+    p.add_argument("--rounds-kind", choices=("m30k", "wmt-like"), default="m30k",
+                   help="the corpora that --repeat-only alternates")  # fmt: skip
     p.add_argument("--plot-only", action="store_true", help="redraw scale.png from scale.json")
     p.add_argument(
         "--repeat-only",
@@ -366,9 +368,10 @@ def main() -> None:
     if args.repeat_only:
         doc = json.loads(json_path.read_text())
         at = commit()  # the code that runs, read before the rounds (they take half an hour)
-        doc["rounds"] = rounds(work, args, corpora)
-        doc["rounds_run"] = {"command": " ".join(sys.argv), "commit": at, **machine()}
-        doc["summary"] = summarise(doc["results"], doc["rounds"])
+        key = "rounds" if args.rounds_kind == "m30k" else f"rounds_{args.rounds_kind}"
+        doc[key] = rounds(work, args, corpora, args.rounds_kind)
+        doc[f"{key}_run"] = {"command": " ".join(sys.argv), "commit": at, **machine()}
+        doc["summary"] = summarise(doc["results"], doc["rounds"], doc.get("rounds_wmt-like"))
         json_path.write_text(json.dumps(doc, indent=1) + "\n")
         print(json.dumps(doc["summary"], indent=1))
         return
@@ -409,14 +412,24 @@ def main() -> None:
     print(json.dumps(doc["summary"], indent=1))
 
 
-def rounds(work: Path, args: argparse.Namespace, corpora: list[tuple[str, int]]) -> list[Any]:
-    """One-process runs of the smallest and largest m30k corpora, alternating (ABAB...), on
-    the same batches: their tokens/s in each round."""
+def rounds(
+    work: Path, args: argparse.Namespace, corpora: list[tuple[str, int]], kind: str = "m30k"
+) -> list[Any]:
+    """One-process runs of the smallest and largest corpora of ``kind``, alternating
+    (ABAB...), on the same batches, with no memory sampled: their tokens/s in each round.
+    A corpus or cache that is missing is made first, outside the rounds."""
     from synattn_shared.manifest import load_manifest
 
-    sizes = [size for kind, size in corpora if kind == "m30k"]
-    pair = [work / f"m30k-{sizes[0]}", work / f"m30k-{sizes[-1]}"]
-    base_rows = load_manifest(args.data / "train").rows
+    base = args.data / "train" if kind == "m30k" else joined(args.data / "train",
+                                                             work / "joined")  # fmt: skip
+    sizes = [size for k, size in corpora if k == kind]
+    pair = [work / f"{kind}-{sizes[0]}", work / f"{kind}-{sizes[-1]}"]
+    for data, size in zip(pair, (sizes[0], sizes[-1]), strict=True):
+        replicate(base, data, size)
+        if not any((data / "encoded").glob("*/pairs.arrow")):
+            print(f"{data.name}: building the cache", flush=True)
+            build_time(data, args.tokenizer)
+    base_rows = load_manifest(base).rows
     out = []
     for k in range(max(args.repeat, 1)):
         got = {}
@@ -449,18 +462,28 @@ def _run(row: dict[str, Any], mode: str, ranks: int) -> dict[str, Any] | None:
     return next((r for r in row["runs"] if r["mode"] == mode and r["ranks"] == ranks), None)
 
 
-def summarise(results: list[dict[str, Any]], rounds: list[Any] | None = None) -> dict[str, Any]:
+def _alternating(rounds: list[Any]) -> dict[str, Any]:
+    small, big = list(rounds[0])
+    ratios = [r[big] / r[small] for r in rounds]
+    return {
+        "corpora": [small, big],
+        "tokens_per_s": {n: [r[n] for r in rounds] for n in (small, big)},
+        "median_ratio": round(statistics.median(ratios), 3),
+        "ratios": [round(x, 3) for x in ratios],
+    }
+
+
+def summarise(
+    results: list[dict[str, Any]],
+    rounds: list[Any] | None = None,
+    wmt_rounds: list[Any] | None = None,
+) -> dict[str, Any]:
     """The goals of the issue, read off the measurements (memory in MiB)."""
     out: dict[str, Any] = {}
     if rounds:
-        small, big = list(rounds[0])
-        ratios = [r[big] / r[small] for r in rounds]
-        out["alternating_rounds"] = {
-            "corpora": [small, big],
-            "tokens_per_s": {n: [r[n] for r in rounds] for n in (small, big)},
-            "median_ratio": round(statistics.median(ratios), 3),
-            "ratios": [round(x, 3) for x in ratios],
-        }
+        out["alternating_rounds"] = _alternating(rounds)
+    if wmt_rounds:
+        out["alternating_rounds_wmt-like"] = _alternating(wmt_rounds)
     for kind in ("m30k", "wmt-like"):
         rows = [r for r in results if r["corpus"] == kind]
         if not rows:
