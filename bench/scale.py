@@ -367,7 +367,9 @@ def main() -> None:
         return
     if args.repeat_only:
         doc = json.loads(json_path.read_text())
-        at = commit()  # the code that runs, read before the rounds (they take half an hour)
+        from reproduce import git_commit  # bench/ is this script's directory
+
+        at = git_commit()  # the code that runs, read before the rounds (half an hour)
         key = "rounds" if args.rounds_kind == "m30k" else f"rounds_{args.rounds_kind}"
         doc[key] = rounds(work, args, corpora, args.rounds_kind)
         doc[f"{key}_run"] = {"command": " ".join(sys.argv), "commit": at, **machine()}
@@ -439,15 +441,6 @@ def rounds(
             print(f"  round {k + 1} {data.name}: {r['tokens_per_s']} tok/s", flush=True)
         out.append(got)
     return out
-
-
-def commit() -> str:
-    """The checkout's commit, with ``-dirty`` when it has uncommitted changes."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                          capture_output=True).stdout.strip()  # fmt: skip
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           text=True, capture_output=True).stdout.strip()  # fmt: skip
-    return head + ("-dirty" if dirty else "")
 
 
 def machine() -> dict[str, Any]:
