@@ -29,6 +29,8 @@ def main() -> None:
     p.add_argument("corpus", help="a corpus under build/scale, e.g. m30k-4500000")
     p.add_argument("--updates", type=int, default=120)
     p.add_argument("--base", type=int, default=29_000, help="rows of the replicated corpus")
+    p.add_argument("--no-read-ahead", action="store_true",
+                   help="the trainer without its read-ahead thread (as before it)")  # fmt: skip
     args = p.parse_args()
     import torch
 
@@ -53,6 +55,10 @@ def main() -> None:
         return out
 
     train.make_batch = timed_make  # type: ignore[assignment]
+    if args.no_read_ahead:
+        from synattn_trainer.encoded import MappedCorpus
+
+        MappedCorpus.read_ahead = lambda self, index: None  # type: ignore[method-assign]
     train.Trainer.step = timed_step  # type: ignore[method-assign]
     same_batches(args.base)
     data = ROOT / "build"
@@ -66,7 +72,9 @@ def main() -> None:
     train.Trainer(cfg, out, progress=False).train()
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     n = acc["n"]
-    print(f"{args.corpus}: {n:.0f} updates, {acc['step'] / n * 1000:.1f} ms per update, of it "
+    ahead = "without" if args.no_read_ahead else "with"
+    print(f"{args.corpus} ({ahead} read-ahead): {n:.0f} updates, "
+          f"{acc['step'] / n * 1000:.1f} ms per update, of it "
           f"{acc['batch'] / n * 1000:.1f} ms building the batch; page faults: "
           f"{r1.ru_minflt - r0.ru_minflt} minor, {r1.ru_majflt - r0.ru_majflt} major")  # fmt: skip
 

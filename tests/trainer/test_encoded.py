@@ -160,6 +160,28 @@ def test_mapped_corpus_holds_the_in_memory_corpus_pairs(corpora: tuple) -> None:
         mapped.src[len(memory)]
 
 
+def test_rows_out_of_range_are_refused_by_take_rows_and_read_ahead(
+    corpora: tuple, m30k: dict[str, Path]
+) -> None:
+    """With pairs dropped by max_len and without: negative rows count from the end, as in a
+    list, and a row past either end is an IndexError (a one-row slice past the end of a record
+    batch would silently give no row)."""
+    mapped, memory = corpora
+    whole = load_corpus(m30k["train"], load_tokenizer(m30k["tokenizer"]))
+    assert isinstance(whole, MappedCorpus) and len(whole) > len(mapped)
+    for corpus in (mapped, whole):
+        n = len(corpus)
+        assert corpus.take_rows([-1, 1 - n]) == corpus.take_rows([n - 1, 1])
+        assert corpus.read_ahead([0, n - 1, -n]) is None
+        assert corpus.take_rows([]) == [] and corpus.read_ahead([]) is None
+        for bad in ([n], [0, n + 5], [-n - 1]):
+            with pytest.raises(IndexError, match="out of range"):
+                corpus.take_rows(bad)
+            with pytest.raises(IndexError, match="out of range"):
+                corpus.read_ahead(bad)
+    assert mapped.take_rows([-1]) == memory.take_rows([-1])
+
+
 def test_mapped_batches_equal_in_memory_batches(corpora: tuple, m30k: dict[str, Path]) -> None:
     from synattn_trainer.model import Transformer
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import multiprocessing
 from collections import deque
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from types import TracebackType
 
 import torch
@@ -99,3 +99,30 @@ class BatchPrefetcher:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def read_ahead(
+    groups: Iterable[list[int]], touch: Callable[[list[int]], object], depth: int = 2
+) -> Iterator[list[int]]:
+    """``groups`` unchanged and in order, while one background thread calls ``touch`` on the
+    next ``depth`` of them (``MappedCorpus.read_ahead``: their rows' pages read from disk while
+    this batch trains). For training in the trainer's own process, where no prefetch worker
+    builds the batches. A group is yielded once its ``touch`` has returned (waiting costs no
+    more than reading those pages here would), and a failure in ``touch`` is raised here,
+    before its group. Leaving the loop early stops the thread after the group it is on."""
+    if depth < 1:
+        raise ValueError(f"depth must be at least 1, not {depth}")
+    pool = ThreadPoolExecutor(1, thread_name_prefix="synattn-read-ahead")
+    pending: deque[tuple[list[int], Future[object]]] = deque()
+    source = iter(groups)
+    try:
+        while True:
+            while len(pending) < depth and (group := next(source, None)) is not None:
+                pending.append((group, pool.submit(touch, group)))
+            if not pending:
+                return
+            group, done = pending.popleft()
+            done.result()  # pages still being read are read once, by the thread; its error
+            yield group
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -30,13 +30,14 @@ from synattn_trainer.data import (
     Batch,
     Corpus,
     EpochIterator,
+    MappedCorpus,
     load_corpus,
     make_batch,
     token_batches,
 )
 from synattn_trainer.dropout import use_fast as use_fast_dropout
 from synattn_trainer.model import Transformer, count_parameters, use_cudnn_attention
-from synattn_trainer.prefetch import BatchPrefetcher
+from synattn_trainer.prefetch import BatchPrefetcher, read_ahead
 from synattn_trainer.rawtext import PARSE_KEY, training_parse
 from synattn_trainer.tokenizer import PAD_ID, load_tokenizer
 
@@ -502,9 +503,7 @@ class Trainer:
         )  # fmt: skip
         self.model.train()
         start = it.position
-        items: Iterable[list[int] | Batch] = (
-            it if self._prefetcher is None else self._prefetcher.batches(it.batches[start:])
-        )
+        items = self._batches_ahead(it)
         pending: list[list[int] | Batch] = []
         for consumed, item in enumerate(items, start + 1):
             pending.append(item)
@@ -528,6 +527,15 @@ class Trainer:
             if should_stop is not None and should_stop():
                 return Stop.CANCELLED
         return None
+
+    def _batches_ahead(self, it: EpochIterator) -> Iterable[list[int] | Batch]:
+        """The rest of the epoch: batches built by the loader workers, else the index lists,
+        a mapped corpus's rows read from disk a few batches ahead by a thread."""
+        if self._prefetcher is not None:
+            return self._prefetcher.batches(it.batches[it.position :])
+        if isinstance(self.train_data, MappedCorpus):
+            return read_ahead(it, self.train_data.read_ahead)
+        return it
 
     def step(self, group: Sequence[list[int] | Batch]) -> StepStats:
         """One update from ``accumulate`` batches (training-row indices, or their batches built
