@@ -426,10 +426,11 @@ class MappedCorpus:
     def read_ahead(self, index: Sequence[int]) -> None:
         """Bring the pages of rows ``index`` (every column) into memory, and drop them: a
         hint, called from a background thread for a batch to come. Why: at 4.5M pairs a batch
-        reads rows from all over a file of several GB, and pages the kernel evicted are read
-        back from disk inside the update (1,288 major faults in 100 updates at WMT-like
-        lengths, 25 ms a batch). Arrow copies the rows with the GIL released, so those reads
-        overlap the update that is running instead of stalling it."""
+        reads rows from all over a file of several GB, and pages the kernel evicted were read
+        back from disk inside the update (some 1,300 major faults in 100 updates at WMT-like
+        lengths: 52.7 ms to build a batch against 29.5 at 29k pairs; 30.5 ms read ahead).
+        Arrow copies the rows with the GIL released, so those reads overlap the update that
+        is running instead of stalling it."""
         parts = [self._batches[c].slice(i, 1) for c, i in self._locate(index)]
         if parts:
             pa.concat_batches(parts)
