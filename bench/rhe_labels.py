@@ -12,10 +12,15 @@ of a run and takes the three suspects apart:
 - **EOS**: the mass on the source ``</s>`` counts as non-syntactic; the rate is also given with
   ``</s>`` taken out of the keys and each row renormalised (a model without a source EOS);
 - **threshold**: the rate under a fixed gate of 0.5 (the paper's Fig. 4) beside the dynamic gate,
-  and the mean ``Syn_attn`` and ``sigmoid(h_conf)`` they are compared with.
+  and the mean ``Syn_attn`` and ``sigmoid(h_conf)`` they are compared with;
+- **reading**: the paper gives two criteria. Its prose calls a head important "when the average
+  of syntactic attention weights is higher than the average of maximum attention weights",
+  ``Syn_attn > h_conf`` (``confidence``, the ``rhe`` option ``gate: confidence``); its Eq. 10
+  compares with ``sigmoid(h_conf)`` (``dynamic``, the default). Both rates are given.
 
-A vanilla checkpoint's plain attention is what RHE would label; an RHE checkpoint reports the
-labels its own layer computed. Prints one table row per checkpoint and layer and writes JSON.
+A vanilla checkpoint's plain attention is what RHE would label; an RHE checkpoint reports every
+reading on the plain attention its own layer labelled, and the labels it applied
+(``applied_<gate>``). Prints one table row per checkpoint and layer and writes JSON.
 
     python bench/rhe_labels.py build/curve/vanilla-s1 --every 1000 --out results/rhe-labels/x.json
 """
@@ -31,6 +36,7 @@ from typing import Any
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+LABELS = ("dynamic", "confidence", "fixed_0.5", "dynamic_no_eos", "confidence_no_eos")
 
 
 def layer_labels(
@@ -51,12 +57,24 @@ def layer_labels(
     q = query[:, None, :].float()
     eos_mass = (probs.float() * eos[:, None, None, :].float()).sum(-1)
     return {
-        "dynamic": syn > torch.sigmoid(h_conf),
-        "fixed_0.5": syn > 0.5,
+        **readings(h_conf, syn),
         "dynamic_no_eos": syn_x > torch.sigmoid(h_conf_x),
+        "confidence_no_eos": syn_x > h_conf_x,
+        "eos_mass": (eos_mass * q).sum(-1) / q.sum(-1).clamp(min=1),
+    }
+
+
+def readings(h_conf: torch.Tensor, syn: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The labels under each reading of RHE's criterion, and the measures they compare:
+    Eq. 10 (``dynamic``: Syn_attn > sigmoid(h_conf)), the paper's prose (``confidence``:
+    Syn_attn > h_conf) and the fixed gate of its Fig. 4 (0.5)."""
+    return {
+        "dynamic": syn > torch.sigmoid(h_conf),
+        "confidence": syn > h_conf,
+        "fixed_0.5": syn > 0.5,
         "syn_attn": syn,
         "gate": torch.sigmoid(h_conf),
-        "eos_mass": (eos_mass * q).sum(-1) / q.sum(-1).clamp(min=1),
+        "h_conf": h_conf,
     }
 
 
@@ -87,9 +105,10 @@ def measure(checkpoint: Path, data: Path, layers: list[int] | None) -> dict[str,
             real, eos = b.src.ne(PAD_ID), b.src.eq(EOS_ID)
             for i, m in enc:
                 rhe = [v for v in m.variant.members() if isinstance(v, Rhe)]
-                if rhe:  # the labels the model itself used (its applied attention is mixed)
-                    assert rhe[0].last_labels is not None
-                    got = {"dynamic": rhe[0].last_labels}
+                if rhe:  # the measures on the plain attention the model itself labelled
+                    assert rhe[0].last_measures is not None
+                    got = readings(*rhe[0].last_measures)
+                    got["applied_" + rhe[0].config.gate] = rhe[0].last_labels
                 else:
                     assert m.last_probs is not None
                     got = layer_labels(m.last_probs, b.syntax[DeaMask()], real, eos)
@@ -109,15 +128,15 @@ def measure(checkpoint: Path, data: Path, layers: list[int] | None) -> dict[str,
     for i, got in parts.items():
         cat = {k: torch.cat(v) for k, v in got.items()}  # [sentences, H]
         rec: dict[str, Any] = {}
-        for key in ("dynamic", "fixed_0.5", "dynamic_no_eos"):
-            if key in cat:
+        for key in cat:
+            if key.startswith("applied_") or key in LABELS:
                 lab = cat[key]
                 rec[key] = {
                     "head_sentence_share": round(float(lab.mean()), 4),
                     "sentences_with_any": round(float(lab.amax(1).mean()), 4),
                     "per_head": [round(float(x), 4) for x in lab.mean(0)],
                 }
-        for key in ("syn_attn", "gate", "eos_mass"):
+        for key in ("syn_attn", "gate", "h_conf", "eos_mass"):
             if key in cat:
                 rec[f"mean_{key}"] = round(float(cat[key].mean()), 4)
         out["layers"][str(i)] = rec
@@ -146,21 +165,25 @@ def main() -> None:
     if not ckpts:
         raise SystemExit(f"{args.run}: no checkpoints")
     results = []
-    print(f"{'update':>7} {'layer':>5} {'dynamic':>8} {'any':>6} {'no-EOS':>7} {'gate0.5':>8} "
-          f"{'Syn_attn':>9} {'gate':>6} {'EOS mass':>9}")  # fmt: skip
+    print(f"{'update':>7} {'layer':>5} {'Eq.10':>6} {'any':>6} {'prose':>6} {'any':>6} "
+          f"{'no-EOS':>7} {'gate0.5':>8} {'Syn_attn':>9} {'h_conf':>7} {'sigm':>6} "
+          f"{'EOS mass':>9}")  # fmt: skip
     for path in ckpts:
         res = measure(path, args.data, args.layers)
         results.append(res)
         for layer, rec in res["layers"].items():
 
-            def share(key: str, rec: dict[str, Any] = rec) -> str:
-                return f"{rec[key]['head_sentence_share']:.3f}" if key in rec else "-"
+            def share(key: str, what: str = "head_sentence_share", rec: dict = rec) -> str:  # type: ignore[type-arg]
+                return f"{rec[key][what]:.3f}" if key in rec else "-"
 
-            print(f"{res['update']:>7} {layer:>5} {share('dynamic'):>8} "
-                  f"{rec['dynamic']['sentences_with_any']:>6.3f} {share('dynamic_no_eos'):>7} "
-                  f"{share('fixed_0.5'):>8} {rec.get('mean_syn_attn', float('nan')):>9.3f} "
-                  f"{rec.get('mean_gate', float('nan')):>6.3f} "
-                  f"{rec.get('mean_eos_mass', float('nan')):>9.3f}", flush=True)  # fmt: skip
+            def mean(key: str, rec: dict = rec) -> float:  # type: ignore[type-arg]
+                return float(rec.get(f"mean_{key}", float("nan")))
+
+            print(f"{res['update']:>7} {layer:>5} {share('dynamic'):>6} "
+                  f"{share('dynamic', 'sentences_with_any'):>6} {share('confidence'):>6} "
+                  f"{share('confidence', 'sentences_with_any'):>6} {share('dynamic_no_eos'):>7} "
+                  f"{share('fixed_0.5'):>8} {mean('syn_attn'):>9.3f} {mean('h_conf'):>7.3f} "
+                  f"{mean('gate'):>6.3f} {mean('eos_mass'):>9.3f}", flush=True)  # fmt: skip
     if args.out:
         from synattn_shared.atomic import atomic_write_text
 

@@ -26,7 +26,12 @@ def test_readme_table_matches_results() -> None:
     assert c.splice(page, c.render(REPO / "results")) == page, (
         "docs/study.md's claims tables differ from results/: run python bench/claims.py"
     )
+    known = c.study_facts(REPO / "results")
+    assert c.fill(page, known, "study.md") == page, (
+        "docs/study.md's quoted numbers differ from results/: run python bench/claims.py"
+    )
     readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert c.fill(readme, known, "README.md") == readme
     summary = c.summary(REPO / "results")
     assert c.splice(readme, summary, c.SUMMARY_BEGIN, c.SUMMARY_END) == readme, (
         "README.md's claims summary differs from results/: run python bench/claims.py"
@@ -372,3 +377,19 @@ def test_the_published_protocol_table_agrees_with_the_claims_rows() -> None:
             continue
         line = next(x for x in lines if x.startswith(f"| `{row['variant']}` |"))
         assert f"**{row['delta']:+.2f}" in line, (row["variant"], line)
+
+
+def test_prose_numbers_are_generated_facts(tmp_path: Path) -> None:
+    """A number between fact markers is rewritten from results/ (a hand-typed interval is
+    replaced), and a marker naming no known fact stops the generator naming it."""
+    c = claims()
+    known = c.study_facts(REPO / "results")
+    assert known["vanilla-minus-8L"].endswith("CI [-0.73, +1.09]")
+    assert known["vanilla-final-valid"] == "3.069, 3.117 and 3.097"
+    assert known["slr-gated-averaged"].startswith("-0.40 ± 0.13, CI [-0.71, -0.08]")
+    typed = "is <!-- fact:vanilla-minus-8L -->+0.18 ± 0.37, CI [-0.74, +1.10]<!-- /fact -->:"
+    assert c.fill(typed, known, "x") == (
+        f"is <!-- fact:vanilla-minus-8L -->{known['vanilla-minus-8L']}<!-- /fact -->:"
+    )
+    with pytest.raises(SystemExit, match="unknown fact 'nope'"):
+        c.fill("<!-- fact:nope -->1<!-- /fact -->", known, "x")

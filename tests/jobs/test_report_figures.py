@@ -125,3 +125,39 @@ def test_each_systems_panel_holds_its_seeds_and_its_own_baselines(tmp_path: Path
     kind, panels = loss_panels(report, jobs)
     assert kind == "training" and len(panels) == 4
     assert {p["variant"]: p for p in panels}["headmask-impt"]["runs"]["seed 2"] == [(5, 8.0)]
+
+
+def test_headmask_rows_show_their_masks_and_importance_statistics(tmp_path: Path) -> None:
+    """A HeadMask run's report row holds how its training masks spread over the heads (from its
+    ``headmask`` records) and the importance statistics of its analysis; the HTML report draws
+    the mask heat map and the heads table. A vanilla row has neither mask figure nor masks."""
+    from synattn_jobs.report import write_html
+
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
+    exp = store.create_experiment("masks", "vanilla", {"seeds": [1]})
+    heads = [f"{k}.{layer}.masked.h{h}" for k in ("enc_self", "dec_self", "enc_dec")
+             for layer in range(2) for h in range(2)]  # fmt: skip
+    shares = {k: (1.0 if k.startswith("enc_dec.1") else 0.0) for k in heads}
+    records = [{"event": "headmask", "update": u, "batches": 10, **shares,
+                "harmful_share": 0.9} for u in (250, 500)]  # fmt: skip
+    _events(tmp_path / "impt" / "metrics.jsonl", *records)
+    _log(tmp_path / "van" / "metrics.jsonl")
+    for name, variant, out in (("vanilla-s1", "vanilla", "van"),
+                               ("headmask-impt-s1", "headmask-impt", "impt")):  # fmt: skip
+        job = store.create_job("train", name, {}, str(tmp_path / out), experiment_id=exp.id,
+                               variant=variant, seed=1)  # fmt: skip
+        store.claim(job.id, "w", 60)
+        store.finish(job.id, "succeeded", {"bleu": 30.0, "chrf": 50.0, "importance_mean": 2.0,
+                                           "importance_variance": 0.5})  # fmt: skip
+    jobs = store.jobs(experiment_id=exp.id)
+    report = comparison(exp, jobs, bootstrap=10)
+    rows = {r["variant"]: r for r in report["rows"]}
+    masks = rows["headmask-impt"]["heads"]["training_masks"]["1"]
+    assert masks["often_masked_last_window"] == ["enc_dec.1.h0", "enc_dec.1.h1"]
+    assert masks["entropy_bits"] == 1.0 and masks["harmful_share_last_window"] == 0.9
+    assert rows["vanilla"]["heads"] == {"importance_mean": 2.0, "importance_variance": 0.5}
+    page = write_html(report, jobs, tmp_path / "report").read_text()
+    assert "Heads masked in training (HeadMask): headmask-impt-s1" in page
+    assert 'id="heads"' in page and "enc_dec.1.h0, enc_dec.1.h1" in page
+    assert (tmp_path / "report" / "masks-headmask-impt-s1.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "report" / "masks-vanilla-s1.png").exists()

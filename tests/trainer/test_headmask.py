@@ -159,3 +159,111 @@ def test_head_gates_are_a_hook_after_the_variant_and_not_in_checkpoints(m30k, se
         out = attn(x, x, ctx)
     model.set_head_gates(None)
     torch.testing.assert_close(out, attn.out_proj.bias.expand(1, 5, -1))
+
+
+def test_impt_scores_rank_absolute_signed_and_per_module() -> None:
+    """Impt-N's candidate readings on one hand-checked batch of 2 sentences and 4 heads in two
+    modules of 2: the paper's mean |dL/dxi|, the signed first-order loss increase, and Michel et
+    al.'s per-module L2 normalisation before the global ranking."""
+    signed = torch.tensor([[-3.0, 1.0, 0.5, 0.0], [1.0, 1.0, -0.5, 0.2]])
+    absolute = headmask.impt_scores(signed)
+    torch.testing.assert_close(absolute, torch.tensor([2.0, 1.0, 0.5, 0.1]))
+    assert headmask.select_important(absolute, 2) == [0, 1]
+    # head 1 raises the loss in both sentences (dL/dxi > 0): never important when signed
+    rise = headmask.impt_scores(signed, "signed")
+    torch.testing.assert_close(rise, torch.tensor([1.0, -1.0, 0.0, -0.1]))
+    assert headmask.select_important(rise, 2) == [0, 2]
+    batch = headmask.impt_scores(signed, "batch_absolute")
+    torch.testing.assert_close(batch, torch.tensor([1.0, 1.0, 0.0, 0.1]))
+    assert headmask.select_important(batch, 2) == [0, 1]
+    per_module = headmask.impt_scores(signed, "absolute", "per_module", [2, 2])
+    np.testing.assert_allclose(per_module, [2 / 5**0.5, 1 / 5**0.5, 0.5 / 0.26**0.5,
+                                            0.1 / 0.26**0.5], rtol=1e-6)  # fmt: skip
+    assert headmask.select_important(per_module, 2) == [0, 2]
+
+
+def test_mask_tally_records_each_heads_share_and_resets() -> None:
+    tally = headmask.MaskTally(["enc_self.0.0", "enc_self.0.1", "dec_self.1.0"])
+    assert tally.record(5) is None
+    tally.add([0, 2], torch.tensor([0.3, -1.0, -0.2]))
+    tally.add([0, 1], torch.tensor([-0.1, -1.0, 0.4]))
+    rec = tally.record(7)
+    assert rec == {"event": "headmask", "update": 7, "batches": 2,
+                   "enc_self.0.masked.h0": 1.0, "enc_self.0.masked.h1": 0.5,
+                   "dec_self.1.masked.h0": 0.5, "harmful_share": 0.25}  # fmt: skip
+    tally.add([1])  # Random-N: no gradient, no harmful share
+    assert tally.record(8) == {"event": "headmask", "update": 8, "batches": 1,
+                               "enc_self.0.masked.h0": 0.0, "enc_self.0.masked.h1": 1.0,
+                               "dec_self.1.masked.h0": 0.0}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("mode", "options"),
+    [("random", {}), ("impt", {}), ("impt", {"ranking": "per_module", "importance": "signed"})],
+)
+def test_headmask_runs_log_mask_shares_and_masked_validation(
+    mode, options, m30k, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """Every HeadMask run logs which heads it masked per log interval (shares that add up to
+    N per batch) and validates with masks drawn as in training beside the all-heads loss."""
+    cfg = tiny_config(
+        m30k, train={"max_updates": 4, "log_every": 2}, headmask={"mode": mode, "n": 5, **options}
+    )
+    trainer = Trainer(cfg, tmp_path / mode, progress=False)
+    trainer.train()
+    records = [
+        json.loads(line) for line in (tmp_path / mode / "metrics.jsonl").read_text().splitlines()
+    ]
+    masks = [r for r in records if r["event"] == "headmask"]
+    assert [r["update"] for r in masks] == [1, 2, 4]
+    for r in masks:
+        shares = [v for k, v in r.items() if ".masked.h" in k]
+        assert len(shares) == trainer.model.num_heads
+        assert sum(shares) == pytest.approx(5.0)
+        assert ("harmful_share" in r) == (mode == "impt")
+    epochs = [r for r in records if r["event"] == "epoch"]
+    assert epochs and all(np.isfinite(r["valid_loss_masked"]) for r in epochs)
+    assert all(r["valid_loss_masked"] != r["valid_loss"] for r in epochs)
+
+
+def test_vanilla_runs_log_no_masks(m30k, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    trainer = Trainer(tiny_config(m30k, train={"max_updates": 2}), tmp_path, progress=False)
+    trainer.train()
+    text = (tmp_path / "metrics.jsonl").read_text()
+    assert '"headmask"' not in text and "valid_loss_masked" not in text
+
+
+def test_headmask_diagnosis_reads_the_masks_and_evaluates_the_model(m30k, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """bench/headmask_diagnose.py on a short Impt-N run: the mask windows from its log, the
+    validation pairs, and the model evaluated with its often-masked heads off."""
+    cfg = tiny_config(
+        m30k, train={"max_updates": 6, "log_every": 2}, headmask={"mode": "impt", "n": 3}
+    )
+    Trainer(cfg, tmp_path / "run", progress=False).train()
+    out = tmp_path / "diagnosis.json"
+    done = subprocess.run(
+        [sys.executable, "bench/headmask_diagnose.py", str(tmp_path / "run"), "--window", "3",
+         "--out", str(out)],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "mask entropy over the run" in done.stdout
+    record = json.loads(out.read_text())
+    windows = record["masks"]["windows"]
+    assert [w["updates"] for w in windows] == [[1, 3], [4, 6]]
+    assert all(1 <= w["heads_ever_masked"] <= 3 * 3 for w in windows)
+    ev = record["evaluation"]
+    assert ev["often_masked"] == record["masks"]["often_masked_last_window"]
+    for key in ("nll_all_heads", "nll_masked_as_in_training", "importance_variance"):
+        assert np.isfinite(ev[key])
+    assert record["epochs"] and "valid_loss_masked" in record["epochs"][0]
+
+
+def test_headmask_diagnosis_refuses_a_run_without_mask_records(m30k, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    Trainer(tiny_config(m30k, train={"max_updates": 1}), tmp_path, progress=False).train()
+    done = subprocess.run(
+        [sys.executable, "bench/headmask_diagnose.py", str(tmp_path)],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=300,
+    )  # fmt: skip
+    assert done.returncode != 0 and "no headmask records" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -34,7 +34,7 @@ from synattn_trainer.model import MultiHeadAttention, Transformer
 from synattn_trainer.tokenizer import load_tokenizer
 from synattn_trainer.variants import AttnContext, build_variant
 from synattn_trainer.variants.rel_pos import shaw_index
-from synattn_trainer.variants.rhe import head_measures
+from synattn_trainer.variants.rhe import head_measures, rhe_gate
 from tests.conftest import RUNNING_HEADS, RUNNING_TREE, RUNNING_UPOS, RUNNING_WORDS
 from tests.trainer.conftest import tiny_config
 
@@ -149,6 +149,30 @@ def test_rhe_measures_match_the_worked_example_and_the_reference() -> None:
     assert sa.item() == pytest.approx(
         syntactic_attention(a, np.array(DEA_TABLE, bool), qm, np.ones(7, bool))
     )
+
+
+def test_rhe_readings_of_its_criterion_on_the_worked_example() -> None:
+    """Eq. 10 compares Syn_attn with sigmoid(h_conf) >= 0.5; the paper's prose with h_conf
+    itself. On the worked example a uniform head (Syn_attn 19/49, h_conf 1/7) is redundant by
+    Eq. 10 and important by the prose; a fixed gate compares with its constant."""
+    h_conf = torch.tensor([[1 / 7, 0.409524]])
+    syn = torch.tensor([[19 / 49, 1.0]])
+    assert (syn > rhe_gate(h_conf, "dynamic"))[0].tolist() == [False, True]
+    assert (syn > rhe_gate(h_conf, "confidence"))[0].tolist() == [True, True]
+    assert (syn > rhe_gate(h_conf, "fixed", 0.5))[0].tolist() == [False, True]
+
+
+@pytest.mark.parametrize("gate", ["dynamic", "confidence"])
+def test_rhe_labels_follow_the_configured_reading(gate: str) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(1, 7, 8)
+    c = ctx(feats(DeaBias(), DeaMask()))
+    rhe = MultiHeadAttention(M4, variant("rhe", gate=gate)).eval()
+    rhe(x, x, c)
+    h_conf, syn = rhe.variant.last_measures
+    assert h_conf.shape == syn.shape == (1, 4)
+    expected = syn > (torch.sigmoid(h_conf) if gate == "dynamic" else h_conf)
+    assert torch.equal(rhe.variant.last_labels, expected)
 
 
 def test_rhe_uses_plain_heads_when_important_and_dea_heads_when_redundant() -> None:

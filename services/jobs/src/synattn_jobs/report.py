@@ -29,6 +29,7 @@ from synattn_jobs.bootstrap import (
     delta_bootstrap,
     resample_counts,
 )
+from synattn_jobs.head_stats import head_statistics
 from synattn_jobs.store import Experiment, Job
 from synattn_jobs.verdict import (
     ALPHA,
@@ -224,6 +225,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             "bootstrap": None,
             "verdict": None,
             "jobs": [j.id for j in members],
+            "heads": head_statistics(done, run_metrics),
         }
         if done and not is_baseline:
             base_jobs = seeds_of(vs)
@@ -483,7 +485,8 @@ def write_html(report: dict[str, Any], jobs: list[Job], out_dir: Path) -> Path:
     """``report.html`` with the table and figures (PNG beside it and embedded)."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    from synattn_trainer.plots import gate_heatmap, label_history, variant_history
+    from synattn_trainer.mask_frequency import mask_records
+    from synattn_trainer.plots import gate_heatmap, label_history, mask_heatmap, variant_history
 
     out_dir.mkdir(parents=True, exist_ok=True)
     figures: list[dict[str, str]] = []
@@ -505,6 +508,10 @@ def write_html(report: dict[str, Any], jobs: list[Job], out_dir: Path) -> Path:
         if "important" in stats:
             p = label_history(metrics, out_dir / f"labels-{job.name}.png")
             figures.append({"title": f"RHE head labels: {job.name}", "png": _png_b64(p)})
+        if mask_records(metrics):
+            p = mask_heatmap(metrics, out_dir / f"masks-{job.name}.png")
+            figures.append({"title": f"Heads masked in training (HeadMask): {job.name}",
+                            "png": _png_b64(p)})  # fmt: skip
     env = Environment(
         loader=PackageLoader("synattn_jobs", "templates"), autoescape=select_autoescape()
     )

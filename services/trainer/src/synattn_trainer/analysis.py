@@ -121,6 +121,15 @@ def bleu_with_masked(
     return corpus_bleu(hyps, corpus.refs).score
 
 
+def run_metrics_of(checkpoint: Path) -> Path | None:
+    """The training log of the run a checkpoint belongs to: ``metrics.jsonl`` beside a final
+    model (``averaged.pt``, ``best.pt``) or beside its ``checkpoints/`` folder."""
+    for folder in (checkpoint.parent, checkpoint.parent.parent):
+        if (folder / "metrics.jsonl").is_file():
+            return folder / "metrics.jsonl"
+    return None
+
+
 def corpus_device(model: Transformer) -> torch.device:
     return next(model.parameters()).device
 
@@ -187,5 +196,14 @@ def analyze(
         result["masking_curves"] = curves
         result["mask_one_group"] = single
         masking_curves_png(schedule, curves, out / "masking-curves.png")
+    metrics = run_metrics_of(checkpoint)
+    if metrics is not None:
+        from synattn_trainer.mask_frequency import summary
+        from synattn_trainer.plots import mask_heatmap
+
+        masks = summary(metrics)
+        if masks:
+            result["training_masks"] = masks
+            mask_heatmap(metrics, out / "masks.png")
     atomic_write_text(out / "analysis.json", json.dumps(result, indent=1))
     return result

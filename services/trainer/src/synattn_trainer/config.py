@@ -210,6 +210,18 @@ class HeadMaskConfig(Strict):
 
     mode: Literal["none", "random", "impt"] = "none"
     n: int | None = Field(None, ge=1, description="heads masked per batch; default 12.5% of all")
+    ranking: Literal["global", "per_module"] = Field(
+        "global",
+        description="Impt-N: rank raw importance over all heads (global), or each attention "
+        "module's scores divided by their L2 norm first (per_module, Michel et al.)",
+    )
+    importance: Literal["absolute", "batch_absolute", "signed"] = Field(
+        "absolute",
+        description="Impt-N: a head's importance is |dL/dxi| per sentence, averaged (absolute, "
+        "the paper's); the absolute value of the batch's mean dL/dxi (batch_absolute, Michel "
+        "et al.'s code); or -dL/dxi averaged, the first-order loss increase when the head is "
+        "masked (signed: a head whose output raises the loss is never 'important')",
+    )
 
 
 class TrainConfig(Strict):

@@ -7,7 +7,9 @@ tensor gives every sentence's value at once (sentences do not interact), and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -79,6 +81,73 @@ def select_important(importance: np.ndarray | Tensor, n: int) -> list[int]:
     imp = np.asarray(importance.detach().cpu() if isinstance(importance, Tensor) else importance)
     order = np.argsort(-imp, kind="stable")
     return sorted(order[:n].tolist())
+
+
+def impt_scores(
+    signed: Tensor,
+    importance: Literal["absolute", "batch_absolute", "signed"] = "absolute",
+    ranking: Literal["global", "per_module"] = "global",
+    module_sizes: Sequence[int] = (),
+) -> Tensor | np.ndarray:
+    """``[G]`` what Impt-N ranks heads by, from the ``[B, G]`` per-sentence ``dL(x_b)/d xi``.
+
+    ``absolute``: ``mean_b |dL/d xi|``, the paper's importance. ``batch_absolute``:
+    ``|mean_b dL/d xi|``, what Michel et al.'s code accumulates (one gate tensor for the whole
+    batch, its gradient's absolute value). ``signed``: ``-mean_b dL/d xi``,
+    the first-order loss increase when a head is masked, so that a head whose output raises the
+    loss ranks last instead of first. ``per_module``: each attention module's scores divided
+    by their L2 norm (Michel et al.) before the global ranking."""
+    if importance == "absolute":
+        scores = signed.abs().mean(0)
+    elif importance == "batch_absolute":
+        scores = signed.mean(0).abs()
+    else:
+        scores = -signed.mean(0)
+    if ranking == "global":
+        return scores
+    return normalise_by_layer(scores.detach().cpu().numpy(), list(module_sizes))
+
+
+@dataclass
+class MaskTally:
+    """Which heads HeadMask masked since the last log record, and how often a masked head's
+    mean ``dL/d xi`` was positive (Impt-N: a head whose output raised the batch's loss).
+
+    Why: a head masked in most batches gets no gradient in those batches; whether the masked
+    set rotates is what tells Impt-N's intended dynamic (importance made flatter) from heads
+    left untrained and then switched on at test time."""
+
+    names: list[str]
+    counts: np.ndarray = field(init=False)
+    batches: int = 0
+    masked: int = 0
+    harmful: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = np.zeros(len(self.names), dtype=np.int64)
+
+    def add(self, heads: Sequence[int], signed_mean: Tensor | None = None) -> None:
+        self.batches += 1
+        self.counts[list(heads)] += 1
+        if signed_mean is not None and len(heads):
+            self.masked += len(heads)
+            self.harmful += int((signed_mean[list(heads)] > 0).sum())
+
+    def record(self, update: int) -> dict[str, Any] | None:
+        """The ``headmask`` log record since the last one (None when no batch was masked),
+        and a fresh count: ``masked.<type.layer.hN>`` is the share of batches the head was
+        masked in."""
+        if not self.batches:
+            return None
+        rec: dict[str, Any] = {"event": "headmask", "update": update, "batches": self.batches}
+        for name, count in zip(self.names, self.counts.tolist(), strict=True):
+            kind, layer, head = name.split(".")
+            rec[f"{kind}.{layer}.masked.h{head}"] = round(count / self.batches, 4)
+        if self.masked:
+            rec["harmful_share"] = round(self.harmful / self.masked, 4)
+        self.counts[:] = 0
+        self.batches = self.masked = self.harmful = 0
+        return rec
 
 
 def random_heads(total: int, n: int, seed: int, update: int, micro: int) -> list[int]:

@@ -219,3 +219,17 @@ def masking_curves_png(
     atomic_write_with(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return out
+
+
+def mask_heatmap(metrics: Path, out: Path) -> Path:
+    """HeadMask: layers x heads, each head's share of the run's batches in which it was masked
+    (``synattn_trainer.mask_frequency``)."""
+    from synattn_trainer.mask_frequency import mask_records, shares
+
+    records = mask_records(metrics)
+    if not records:
+        raise ValueError(f"{metrics}: no headmask records (is headmask.mode random or impt?)")
+    grid, layers = _grid(shares(records))
+    last = records[-1]["update"]
+    title = f"share of training batches each head was masked in (updates 1-{last})"
+    return heatmap_png(grid, layers, title, out)

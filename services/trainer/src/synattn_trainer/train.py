@@ -145,6 +145,9 @@ def update_loss(
     return total * n / global_tokens, loss.detach(), nll.detach()
 
 
+VALID_MICRO = 1_000_000  # Random-N's validation draws: micro-steps training never uses
+
+
 class Stop(StrEnum):
     """Why a run stopped (a ``str``: logged and compared as its value)."""
 
@@ -294,6 +297,7 @@ class Trainer:
         self.autocast_dtype = torch.bfloat16 if use_bf16 else None
         self.update = 0
         self.epoch = 0
+        self._mask_tally: Any = None  # HeadMask runs: headmask.MaskTally, made on first use
         self.position = 0  # batches of the current epoch already consumed
         self.best_valid = math.inf
         self.bad_epochs = 0
@@ -590,6 +594,9 @@ class Trainer:
         variant_stats = self.model.variant_stats()
         if variant_stats:
             self.log({"event": "variants", "update": self.update, **variant_stats})
+        masks = self._mask_tally.record(self.update) if self._mask_tally is not None else None
+        if masks is not None:
+            self.log(masks)
         if on_update is not None:
             on_update(rec)
 
@@ -654,30 +661,78 @@ class Trainer:
             self.log({"event": "gates_dev", "update": self.update, **gates})
 
     def _headmask_gates(self, batch: Batch, micro: int) -> Tensor | None:
-        """HeadMask gates for one (micro-)batch: Random-N or Impt-N, the same for all sentences."""
-        hm = self.cfg.headmask
-        if hm.mode == "none":
+        """HeadMask gates for one (micro-)batch: Random-N or Impt-N, the same for all sentences;
+        which heads were masked is tallied for the log."""
+        if self.cfg.headmask.mode == "none":
             return None
         from synattn_trainer import headmask
 
+        masked, signed = self._choose_masked(batch, self.update, micro)
+        if self._mask_tally is None:
+            names = [self.model.head_name(g) for g in range(self.model.num_heads)]
+            self._mask_tally = headmask.MaskTally(names)
+        self._mask_tally.add(masked, signed)
+        return headmask.mask_gates(self.model.num_heads, masked, self.device)
+
+    def _choose_masked(
+        self, batch: Batch, update: int, micro: int
+    ) -> tuple[list[int], Tensor | None]:
+        """The heads HeadMask masks for ``batch`` (importance in the model's current mode),
+        and for Impt-N the batch's mean signed ``dL/d xi`` per head."""
+        from synattn_trainer import headmask
+
+        hm = self.cfg.headmask
         total = self.model.num_heads
         n = hm.n if hm.n is not None else max(1, round(0.125 * total))
         if hm.mode == "random":
-            masked = headmask.random_heads(total, n, self.cfg.train.seed, self.update, micro)
-        else:
-            smoothing = self.cfg.optim.label_smoothing
+            return headmask.random_heads(total, n, self.cfg.train.seed, update, micro), None
+        smoothing = self.cfg.optim.label_smoothing
 
-            def loss(model: Transformer, b: Batch) -> Tensor:
-                return headmask.per_sentence_loss(model, b, smoothing)
+        def loss(model: Transformer, b: Batch) -> Tensor:
+            return headmask.per_sentence_loss(model, b, smoothing)
 
-            importance = headmask.sentence_importance(self.model, batch, loss).mean(0)
-            masked = headmask.select_important(importance, n)
-        return headmask.mask_gates(total, masked, self.device)
+        signed = headmask.sentence_importance(self.model, batch, loss, absolute=False)
+        sizes = [m.h for _, _, m in sorted(self.model.attention_modules(),
+                                           key=lambda x: x[2].gate_offset)]  # fmt: skip
+        scores = headmask.impt_scores(signed, hm.importance, hm.ranking, sizes)
+        return headmask.select_important(scores, n), signed.mean(0).detach()
+
+    @torch.no_grad()
+    def validate_masked(self) -> dict[str, float]:
+        """HeadMask runs: validation loss and NLL with heads masked as in training (Impt-N's
+        importance on each validation batch, in eval mode; Random-N's draw from a generator of
+        its own), beside the all-heads loss of ``validate``: a model whose masked loss is far
+        below its all-heads loss depends on heads that were switched off while it trained."""
+        from synattn_trainer import headmask
+
+        self.model.eval()
+        loss_sum = nll_sum = tokens = 0.0
+        data = self.valid_data
+        for i, index in enumerate(
+            token_batches(data.src_lens(), data.tgt_lens() - 1, self.cfg.data.max_tokens, 0, -1)
+        ):
+            b = make_batch(data, index, self.requests).to(self.device)
+            with torch.enable_grad():
+                masked, _ = self._choose_masked(b, self.update, VALID_MICRO + i)
+            self.model.set_head_gates(headmask.mask_gates(self.model.num_heads, masked,
+                                                          self.device))  # fmt: skip
+            try:
+                logits = self.model(b.src, b.tgt_in, b.syntax, b.scored)
+            finally:
+                self.model.set_head_gates(None)
+            loss, nll = token_loss(logits, b.gold, self.cfg.optim.label_smoothing)
+            loss_sum += float(loss)
+            nll_sum += float(nll)
+            tokens += b.ntokens
+        self.model.train()
+        return {"valid_loss_masked": loss_sum / tokens, "valid_nll_masked": nll_sum / tokens}
 
     def _end_of_epoch(self, final: bool = False) -> None:
         """Validation (patience, BLEU every k epochs) and a save: a scheduled checkpoint when
         checkpoints are per epoch or the run has reached its end, else a resume point."""
         valid = self.validate()
+        if self.cfg.headmask.mode != "none":
+            valid.update(self.validate_masked())
         if valid["valid_loss"] < self.best_valid - 1e-6:
             self.best_valid = valid["valid_loss"]
             self.bad_epochs = 0

@@ -118,7 +118,12 @@ class RheConfig(VariantConfig):
 
     sea: Literal["dea", "lpea"] = "dea"
     mode: Literal["enliven", "prune"] = "enliven"
-    gate: Literal["dynamic", "fixed"] = "dynamic"
+    gate: Literal["dynamic", "fixed", "confidence"] = Field(
+        "dynamic",
+        description="a head is important for a sentence when its syntactic attention exceeds: "
+        "sigmoid(h_conf) (dynamic, the paper's Eq. 10), f_gate (fixed), or h_conf itself "
+        "(confidence, the paper's prose: 'higher than the average of maximum attention weights')",
+    )
     f_gate: float = Field(0.5, gt=0, le=1)
     k: int = Field(RP_CLIP, ge=0, le=62, description="LPEA clip")
     lp_outside: LpOutside = LP_OUTSIDE

@@ -36,10 +36,22 @@ def head_measures(
     return h_conf, syn_attn
 
 
+def rhe_gate(h_conf: Tensor, gate: str, f_gate: float = 0.5) -> Tensor:
+    """What ``Syn_attn`` must exceed for a head to count as important: ``sigmoid(h_conf)``
+    (``dynamic``, Eq. 10), ``h_conf`` itself (``confidence``, the paper's prose) or ``f_gate``
+    (``fixed``)."""
+    if gate == "dynamic":
+        return torch.sigmoid(h_conf)
+    if gate == "confidence":
+        return h_conf
+    return torch.full_like(h_conf, f_gate)
+
+
 @register("rhe", RheConfig)
 class Rhe(AttentionVariant):
     """Per sentence and head: the plain attention if the head is important
-    (``Syn_attn > sigmoid(h_conf)``), else the syntax-enlivened one (or zero when pruning)."""
+    (``Syn_attn > sigmoid(h_conf)``, or ``> h_conf`` with ``gate: confidence``), else the
+    syntax-enlivened one (or zero when pruning)."""
 
     config: RheConfig
 
@@ -53,6 +65,7 @@ class Rhe(AttentionVariant):
             else None
         )
         self.last_labels: Tensor | None = None
+        self.last_measures: tuple[Tensor, Tensor] | None = None  # (h_conf, Syn_attn) [B, H]
 
     def requests(self) -> tuple[FeatureRequest, ...]:
         sea = DeaBias() if self.phrasal is None else self.phrasal.index
@@ -68,12 +81,8 @@ class Rhe(AttentionVariant):
         )
         query = real if ctx.src_eos is None else real & ~ctx.src_eos
         h_conf, syn_attn = head_measures(probs, ctx.syntax[DeaMask()], query, real)
-        gate = (
-            torch.sigmoid(h_conf)
-            if self.config.gate == "dynamic"
-            else torch.full_like(h_conf, self.config.f_gate)
-        )
-        return syn_attn > gate
+        self.last_measures = (h_conf, syn_attn)
+        return syn_attn > rhe_gate(h_conf, self.config.gate, self.config.f_gate)
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttnContext

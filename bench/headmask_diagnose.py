@@ -1,0 +1,189 @@
+"""Why does a HeadMask model lose quality when every head is switched on? Evidence from one run.
+
+Reads a HeadMask run folder (its ``metrics.jsonl`` and a model file) and prints:
+
+- **masks over training**: per window of updates, how many heads were masked at all, the
+  largest share of batches one head was masked in, the heads masked in at least half the
+  batches, and (Impt-N) the share of masked heads whose batch-mean ``dL/dxi`` was positive,
+  i.e. whose output raised the loss when they were chosen;
+- **validation per epoch**: the all-heads loss beside the loss with heads masked as in
+  training (both logged by the trainer);
+- **the model evaluated** on the validation split (NLL per target token, no label smoothing):
+  every head on; the heads masked in at least half of the last window's batches switched off;
+  as many heads drawn at random switched off (median of 5 draws); masks drawn as in training
+  (Impt-N's ranking on each validation batch, in eval mode); and the head-importance mean and
+  variance (the HeadMask paper's Tables 5-6 statistics).
+
+A model whose loss drops when its often-masked heads are switched off, and is lowest under
+training-like masks, lost its quality in heads that were kept from training.
+
+    python bench/headmask_diagnose.py build/diag/runs/<exp>/headmask-impt-s1 \
+        --out results/headmask-diagnose/headmask-impt-s1.diagnosis.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def epochs(metrics: Path) -> list[dict[str, float]]:
+    """Each epoch's all-heads and masked validation loss."""
+    out = []
+    for line in metrics.read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if r.get("event") == "epoch" and "valid_loss_masked" in r:
+            out.append({"update": r["update"], "valid_loss": round(r["valid_loss"], 4),
+                        "valid_loss_masked": round(r["valid_loss_masked"], 4)})  # fmt: skip
+    return out
+
+
+@torch.no_grad()
+def nll(model: Any, corpus: Any, masks: Any) -> float:
+    """NLL per target token on ``corpus``, ``masks(batch, i)`` giving each batch's masked heads."""
+    from synattn_trainer import headmask
+    from synattn_trainer.data import make_batch, token_batches
+    from synattn_trainer.train import token_loss
+
+    requests = model.feature_requests()
+    total = tokens = 0.0
+    for i, index in enumerate(
+        token_batches(corpus.src_lens(), corpus.tgt_lens() - 1, 4096, 0, -1)
+    ):
+        b = make_batch(corpus, index, requests)
+        masked = masks(b, i)
+        model.set_head_gates(headmask.mask_gates(model.num_heads, masked, torch.device("cpu")))
+        try:
+            logits = model(b.src, b.tgt_in, b.syntax, b.scored)
+        finally:
+            model.set_head_gates(None)
+        _, s = token_loss(logits, b.gold, 0.0)
+        total += float(s)
+        tokens += b.ntokens
+    return total / tokens
+
+
+def evaluate(model_file: Path, often: list[str], data: Path | None) -> dict[str, Any]:
+    """The model's validation NLL under each masking, and its head-importance statistics."""
+    from synattn_trainer import headmask
+    from synattn_trainer.analysis import importance
+    from synattn_trainer.data import load_corpus
+    from synattn_trainer.tokenizer import load_tokenizer
+    from synattn_trainer.train import load_model
+
+    model, cfg = load_model(model_file)
+    tok = load_tokenizer(cfg.data.tokenizer)
+    corpus = load_corpus(data or Path(cfg.data.valid), tok, source_eos=cfg.data.source_eos)
+    names = [model.head_name(g) for g in range(model.num_heads)]
+    index = {f"{n.rsplit('.', 1)[0]}.h{n.rsplit('.', 1)[1]}": g for g, n in enumerate(names)}
+    often_ids = sorted(index[h] for h in often)
+    hm = cfg.headmask
+    n = hm.n if hm.n is not None else max(1, round(0.125 * model.num_heads))
+    sizes = [m.h for _, _, m in sorted(model.attention_modules(), key=lambda x: x[2].gate_offset)]
+
+    def as_in_training(b: Any, i: int) -> list[int]:
+        if hm.mode == "random":
+            return headmask.random_heads(model.num_heads, n, cfg.train.seed, 0, 1_000_000 + i)
+        with torch.enable_grad():
+            signed = headmask.sentence_importance(model, b, absolute=False)
+        scores = headmask.impt_scores(signed, hm.importance, hm.ranking, sizes)
+        return headmask.select_important(scores, n)
+
+    out: dict[str, Any] = {"model": str(model_file), "sentences": len(corpus)}
+    out["nll_all_heads"] = nll(model, corpus, lambda b, i: [])
+    out["often_masked"] = often
+    out["nll_often_masked_off"] = nll(model, corpus, lambda b, i: often_ids) if often else None
+    if often:
+
+        def drawn(seed: int) -> Any:
+            return lambda b, i: headmask.random_heads(model.num_heads, len(often_ids), 12345,
+                                                      seed, 0)  # fmt: skip
+
+        draws = [nll(model, corpus, drawn(s)) for s in range(5)]
+        out["nll_random_same_count_off"] = statistics.median(draws)
+        out["nll_random_same_count_off_draws"] = draws
+    out["nll_masked_as_in_training"] = nll(model, corpus, as_in_training)
+    imp = importance(model, corpus)
+    out["importance_mean"] = float(imp.mean())
+    out["importance_variance"] = float(imp.var())
+    out["importance_top"] = [
+        [names[g], round(float(imp[g]), 3)] for g in np.argsort(-imp, kind="stable")[:10]
+    ]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("run", type=Path, help="a HeadMask run folder (metrics.jsonl, a model file)")
+    ap.add_argument("--model", default=None, help="model file (default: averaged.pt, else the "
+                    "newest checkpoint)")  # fmt: skip
+    ap.add_argument("--data", type=Path, default=None, help="split (default: the run's valid)")
+    ap.add_argument("--window", type=int, default=500)
+    ap.add_argument("--out", type=Path, default=None, help="JSON file (default: print only)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    from synattn_trainer import checkpoint as ck
+    from synattn_trainer.mask_frequency import summary
+
+    metrics = args.run / "metrics.jsonl"
+    if not metrics.is_file():
+        raise SystemExit(f"error: {metrics}: no such file (is {args.run} a run folder?)")
+    masks = summary(metrics, args.window)
+    if not masks:
+        raise SystemExit(f"error: {metrics}: no headmask records (not a HeadMask run, or one "
+                         "trained before they were logged)")  # fmt: skip
+    print(f"{'updates':>11} {'masked':>6} {'top':>5} {'harmful':>7}  heads masked in >= half")
+    for w in masks["windows"]:
+        harmful = "-" if w["harmful_share"] is None else f"{w['harmful_share']:.2f}"
+        print(
+            f"{w['updates'][0]:>5}-{w['updates'][1]:<5} {w['heads_ever_masked']:>6} "
+            f"{w['top_share']:>5.2f} {harmful:>7}  {' '.join(w['often_masked'])}"
+        )
+    print(f"mask entropy over the run: {masks['entropy_bits']:.2f} bits")
+    ep = epochs(metrics)
+    print("validation loss, all heads / masked as in training:")
+    print("  " + "; ".join(f"{e['update']}: {e['valid_loss']:.3f} / {e['valid_loss_masked']:.3f}"
+                           for e in ep))  # fmt: skip
+    model_file = Path(args.model) if args.model else args.run / "averaged.pt"
+    if not model_file.is_file():
+        latest = ck.latest(args.run / "checkpoints")
+        if latest is None:
+            raise SystemExit(f"error: {args.run}: no averaged.pt and no checkpoints")
+        model_file = latest
+    ev = evaluate(model_file, masks["often_masked_last_window"], args.data)
+    for key in (
+        "nll_all_heads",
+        "nll_often_masked_off",
+        "nll_random_same_count_off",
+        "nll_masked_as_in_training",
+        "importance_mean",
+        "importance_variance",
+    ):
+        v = ev.get(key)
+        print(f"{key:>28}: {'-' if v is None else f'{v:.4f}'}")
+    if args.out:
+        from synattn_shared.atomic import atomic_write_text
+
+        windows = [{k: v for k, v in w.items() if k != "shares"} for w in masks["windows"]]
+        record = {
+            "command": "python bench/headmask_diagnose.py " + " ".join(sys.argv[1:]),
+            "run": str(args.run), "masks": {**masks, "windows": windows}, "epochs": ep,
+            "evaluation": ev,
+        }  # fmt: skip
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

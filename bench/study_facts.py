@@ -1,0 +1,117 @@
+"""The numbers the study's prose quotes, generated from ``results/`` like its tables.
+
+Prose in ``docs/study.md`` and ``README.md`` holds a figure between ``<!-- fact:NAME -->`` and
+``<!-- /fact -->``; ``bench/claims.py`` rewrites each from ``facts(results)`` and ``--check``
+fails when one differs, so that a sentence and the table it summarises cannot disagree (a
+hand-typed interval once read [-0.74, +1.10] beside the table's [-0.73, +1.09]).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+from synattn_jobs.verdict import ALPHA, mean_ci, min_detectable_effect, reading
+
+FACT = re.compile(r"<!-- fact:([\w.-]+) -->(.*?)<!-- /fact -->", re.S)
+
+
+def _pm(diffs: list[float]) -> str:
+    return f"{statistics.fmean(diffs):+.2f} ± {statistics.stdev(diffs):.2f}"
+
+
+def _ci(diffs: list[float]) -> str:
+    ci = mean_ci(diffs)
+    return "–" if ci is None else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def _and(values: list[str]) -> str:
+    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]
+
+
+def _paired(scores: dict[str, dict[int, dict[str, float]]], system: str, base: str,
+            selection: str) -> list[float]:  # fmt: skip
+    """``system`` minus ``base`` per seed both finished, under one final-model selection."""
+    a, b = scores.get(system, {}), scores.get(base, {})
+    return [a[s][selection] - b[s][selection] for s in sorted(a)
+            if s in b and selection in a[s] and selection in b[s]]  # fmt: skip
+
+
+def final_valid_losses(experiment: Path, variant: str) -> list[float]:
+    """Each seed's last epoch-end validation loss (runs/<variant>-s<seed>.metrics.jsonl)."""
+    out = []
+    for path in sorted((experiment / "runs").glob(f"{variant}-s*.metrics.jsonl")):
+        last = None
+        for line in path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            if rec.get("event") == "epoch":
+                last = rec["valid_loss"]
+        if last is not None:
+            out.append(last)
+    return out
+
+
+def facts(
+    results: Path,
+    study: Path,
+    row_diffs: list[list[float]],
+    family: int,
+    scores: dict[str, dict[int, dict[str, float]]],
+) -> dict[str, str]:
+    """Every fact the prose may quote, by name: from the study's folder, its claims table's
+    rows (each row's per-seed Δ, over a Holm family of ``family`` rows) and every run's test
+    BLEU per final-model selection (``claims.run_scores``)."""
+    out: dict[str, str] = {}
+    mdes = []
+    for diffs in row_diffs:
+        spread = statistics.stdev(diffs) if len(diffs) > 1 else None
+        mde = min_detectable_effect(spread, len(diffs), ALPHA / max(1, family))
+        if mde is not None:
+            mdes.append(mde)
+    if mdes:
+        out["mde-range"] = f"{min(mdes):.1f} to {max(mdes):.1f} BLEU"
+        out["mde-min"] = f"{min(mdes):.1f} BLEU"
+    eos = _paired(scores, "vanilla", "8L", "average")
+    if len(eos) > 1:
+        out["vanilla-minus-8L"] = f"{_pm(eos)}, CI {_ci(eos)}"
+    gated = _paired(scores, "slr-gated", "vanilla", "average")
+    if len(gated) > 1:
+        below = all(d < 0 for d in gated)
+        out["slr-gated-averaged"] = (
+            f"{_pm(gated)}, CI {_ci(gated)} ({_and([f'{d:+.2f}' for d in gated])}"
+            f"{': every seed below vanilla' if below else ''}); the interval is "
+            f"{reading(mean_ci(gated), (1.12,))}"
+        )
+    losses = final_valid_losses(study, "vanilla")
+    if losses:
+        out["vanilla-final-valid"] = _and([f"{v:.3f}" for v in losses])
+    curve = results / "learning-curve" / "vanilla-s1.json"
+    avg = results / "learning-curve" / "vanilla-s1-avg.json"
+    if curve.is_file() and avg.is_file():
+        points = json.loads(curve.read_text(encoding="utf-8"))["points"]
+        best = max(points, key=lambda p: p["valid_bleu"])
+        after = [p for p in points if p["update"] >= best["update"]]
+        out["curve-valid-loss"] = _and(
+            [f"{p['valid_loss']:.4f} at {p['update']:,}" for p in after]
+        )
+        averaged = json.loads(avg.read_text(encoding="utf-8"))["points"]
+        tail = [p for p in averaged if p["update"] >= best["update"] - 500]
+        out["curve-averaged-valid-bleu"] = _and(
+            [f"{p['avg_valid_bleu']:.2f} at {p['update']:,}" for p in tail]
+        )
+        out["curve-converged"] = f"{averaged[-1]['avg_test_bleu']:.1f}"
+    return out
+
+
+def fill(text: str, known: dict[str, str], where: str) -> str:
+    """``text`` with every fact span rewritten; a span naming an unknown fact is an error."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in known:
+            raise SystemExit(f"{where}: unknown fact '{name}' (known: {', '.join(known)})")
+        return f"<!-- fact:{name} -->{known[name]}<!-- /fact -->"
+
+    return FACT.sub(one, text)
