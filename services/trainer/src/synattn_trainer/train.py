@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -298,6 +299,8 @@ class Trainer:
         self.update = 0
         self.epoch = 0
         self._mask_tally: Any = None  # HeadMask runs: headmask.MaskTally, made on first use
+        self._lines = False  # plain progress lines (``progress`` and stderr not a terminal)
+        self._first_update, self._t_start = 0, time.perf_counter()
         self.position = 0  # batches of the current epoch already consumed
         self.best_valid = math.inf
         self.bad_epochs = 0
@@ -482,13 +485,19 @@ class Trainer:
         )
 
     def _progress_bar(self) -> Any:
-        if not self.progress:
+        """A bar on a terminal; elsewhere None, and ``_say`` prints a line per log interval."""
+        self._lines = self.progress and not sys.stderr.isatty()
+        self._first_update, self._t_start = self.update, time.perf_counter()
+        if not self.progress or self._lines:
             return None
         from tqdm import tqdm
 
-        return tqdm(
-            total=self.cfg.train.max_updates, initial=self.update, unit="upd", disable=None
-        )
+        return tqdm(total=self.cfg.train.max_updates, initial=self.update, unit="upd")
+
+    def _say(self, line: str) -> None:
+        """A plain progress line on stderr, when the output is not a terminal."""
+        if self._lines:
+            print(line, file=sys.stderr, flush=True)
 
     def _run_epoch(
         self,
@@ -591,6 +600,10 @@ class Trainer:
             "tokens_per_s": clock.rate(),
         }  # fmt: skip
         self.log(rec)
+        from synattn_trainer.progress_lines import update_line
+
+        elapsed = time.perf_counter() - self._t_start
+        self._say(update_line(rec, self.cfg.train.max_updates, self._first_update, elapsed))
         variant_stats = self.model.variant_stats()
         if variant_stats:
             self.log({"event": "variants", "update": self.update, **variant_stats})
@@ -748,6 +761,9 @@ class Trainer:
             bleu = corpus_bleu(hyps, self.valid_data.refs[:n])
             rec.update(valid_bleu=bleu.score, bleu_signature=bleu.signature)
         self.log(rec)
+        from synattn_trainer.progress_lines import epoch_line
+
+        self._say(epoch_line(rec))
         self.save(final or not self.cfg.train.checkpoint_every_updates, valid["valid_loss"])
 
     @torch.no_grad()
