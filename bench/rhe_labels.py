@@ -36,6 +36,8 @@ from typing import Any
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+ARGMAX = ("argmax_self", "argmax_neighbour", "argmax_eos", "argmax_adjacent_unrelated",
+          "argmax_other")  # fmt: skip
 LABELS = ("dynamic", "confidence", "fixed_0.5", "dynamic_no_eos", "confidence_no_eos")
 
 
@@ -58,10 +60,39 @@ def layer_labels(
     eos_mass = (probs.float() * eos[:, None, None, :].float()).sum(-1)
     return {
         **readings(h_conf, syn),
+        **argmax_targets(probs, related, query, eos),
         "dynamic_no_eos": syn_x > torch.sigmoid(h_conf_x),
         "confidence_no_eos": syn_x > h_conf_x,
         "eos_mass": (eos_mass * q).sum(-1) / q.sum(-1).clamp(min=1),
     }
+
+
+def argmax_targets(
+    probs: torch.Tensor, related: torch.Tensor, query: torch.Tensor, eos: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Where each head's largest weight goes, per (sentence, head): the share of queries whose
+    most-attended key is the token itself, a dependency neighbour (head or dependent, or another
+    piece of the same word), the source ``</s>``, the next or previous token when that is not a
+    neighbour, or anything else. ``h_conf`` averages that largest weight, ``Syn_attn`` counts
+    only the first two kinds: this says what a confident head is confident about."""
+    b, h, t, _ = probs.shape
+    top = probs.float().argmax(-1)  # [B, H, T]
+    pos = torch.arange(t)
+    rel = related[:, None].expand(b, h, t, t).gather(-1, top[..., None])[..., 0]
+    own = top == pos
+    to_eos = eos[:, None, :].expand(b, h, t).gather(-1, top)
+    adjacent = (top - pos).abs() == 1
+    kinds = {
+        "argmax_self": own,
+        "argmax_neighbour": rel & ~own & ~to_eos,
+        "argmax_eos": to_eos,
+        "argmax_adjacent_unrelated": adjacent & ~rel & ~to_eos,
+    }
+    kinds["argmax_other"] = ~(kinds["argmax_self"] | kinds["argmax_neighbour"] | to_eos |
+                               kinds["argmax_adjacent_unrelated"])  # fmt: skip
+    q = query[:, None, :].float()
+    n = q.sum(-1).clamp(min=1)
+    return {k: (v.float() * q).sum(-1) / n for k, v in kinds.items()}
 
 
 def readings(h_conf: torch.Tensor, syn: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -136,7 +167,7 @@ def measure(checkpoint: Path, data: Path, layers: list[int] | None) -> dict[str,
                     "sentences_with_any": round(float(lab.amax(1).mean()), 4),
                     "per_head": [round(float(x), 4) for x in lab.mean(0)],
                 }
-        for key in ("syn_attn", "gate", "h_conf", "eos_mass"):
+        for key in ("syn_attn", "gate", "h_conf", "eos_mass", *ARGMAX):
             if key in cat:
                 rec[f"mean_{key}"] = round(float(cat[key].mean()), 4)
         out["layers"][str(i)] = rec
