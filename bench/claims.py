@@ -280,7 +280,7 @@ def cells(
         return ["not measured yet", "–", "–", "–", "–", "–", "–", "0", "–", "–"]
     row, report, run = found["row"], found["report"], found["run"]
     diffs = list(row["diffs"].values())
-    planned = len(report["seeds"])
+    planned = row.get("seeds_planned") or len(report["seeds"])
     seeds = f"{len(diffs)}" + (f" of {planned} so far" if len(diffs) < planned else "")
     b, hw = run["budget"], run["hardware"]
     protocol = row.get("protocol") or "average"
@@ -385,7 +385,7 @@ def controls(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[s
             seeds = len(control.get("bleu_by_seed", {}))
             lines.append(
                 f"| `{c.system}` | `{c.control}` | {c.isolates} | {_delta(system, True)} | "
-                f"{_delta(control, True)} | {gap} | {seeds} of {len(report['seeds'])} |"
+                f"{_delta(control, True)} | {gap} | {seeds} of {control.get('seeds_planned') or len(report['seeds'])} |"
             )
         if lines:
             head = [

@@ -158,6 +158,41 @@ def test_grid_expansion() -> None:
         ExperimentSpec(name="e", config="c", variants=["dea"]).expand(200)
 
 
+def test_a_variant_can_train_more_seeds_than_the_grid_and_its_baseline_trains_them_too() -> None:
+    """Rows whose seed spread needs 8 seeds train 8, the rest 5, seed-major; a variant whose
+    baseline lacks one of its seeds is refused, so that every comparison stays seed-paired."""
+    spec = ExperimentSpec(
+        name="e", config="c.yaml", variants=["vanilla", "8L", "fixed-word", "slr-gated"],
+        baselines={"fixed-word": "8L"}, seeds=[1, 2, 3, 4, 5],
+        seeds_by_variant={"vanilla": [1, 2, 3, 4, 5, 6, 7, 8],
+                          "slr-gated": [1, 2, 3, 4, 5, 6, 7, 8]},
+    )  # fmt: skip
+    jobs = spec.expand(200)
+    assert len(jobs) == spec.planned_jobs() == 8 + 5 + 5 + 8
+    assert [j["name"] for j in jobs][:4] == [
+        "vanilla-s1",
+        "8L-s1",
+        "fixed-word-s1",
+        "slr-gated-s1",
+    ]
+    assert [j["name"] for j in jobs][-6:] == ["vanilla-s6", "slr-gated-s6", "vanilla-s7",
+                                               "slr-gated-s7", "vanilla-s8", "slr-gated-s8"]  # fmt: skip
+    assert {j["spec"].overrides["train.seed"] for j in jobs if j["variant"] == "8L"} == {
+        1,
+        2,
+        3,
+        4,
+        5,
+    }
+    unpaired = ExperimentSpec(name="e", config="c.yaml", variants=["vanilla", "slr-gated"],
+                              seeds=[1, 2], seeds_by_variant={"slr-gated": [1, 2, 3]})  # fmt: skip
+    with pytest.raises(BadJobSpec, match=r"'slr-gated' trains seeds \[3\] that its baseline"):
+        unpaired.expand(200)
+    with pytest.raises(BadJobSpec, match="seeds_by_variant: 'dea' is not one of the variants"):
+        ExperimentSpec(name="e", config="c.yaml", variants=["vanilla"],
+                       seeds_by_variant={"dea": [1]}).expand(200)  # fmt: skip
+
+
 def _open_store(url: str) -> str:
     try:
         JobStore(url)

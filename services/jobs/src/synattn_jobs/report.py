@@ -225,6 +225,10 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             "bootstrap": None,
             "verdict": None,
             "jobs": [j.id for j in members],
+            "seeds_planned": len(
+                set((exp.spec.get("seeds_by_variant") or {}).get(variant)
+                    or exp.spec.get("seeds") or [])
+            ),  # fmt: skip
             "heads": head_statistics(done, run_metrics),
         }
         if done and not is_baseline:
@@ -255,7 +259,8 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
         (j.result.get("bleu_signature") for j in jobs if (j.result or {}).get("bleu_signature")),
         None,
     )
-    seeds = sorted(set(exp.spec.get("seeds") or []))
+    by_variant = exp.spec.get("seeds_by_variant") or {}
+    seeds = sorted({*(exp.spec.get("seeds") or []), *(s for v in by_variant.values() for s in v)})
     warning = seed_warning(len(seeds))
     return {
         "experiment": exp.id,

@@ -155,6 +155,15 @@ class ExperimentSpec(WithResources):
         | Annotated[dict[Slug, dict[str, Any]], Field(min_length=1, max_length=200)]
     )
     seeds: list[Seed] = Field(default_factory=lambda: [1], min_length=1, max_length=100)
+    seeds_by_variant: dict[Slug, Annotated[list[Seed], Field(min_length=1, max_length=100)]] = (
+        Field(
+            default_factory=dict,
+            max_length=200,
+            description="a variant's own seeds where it needs more (or fewer) than ``seeds``, "
+            "e.g. the rows whose seed spread asks for 8; a variant's baseline must train every "
+            "seed the variant does, so that each comparison stays seed-paired",
+        )
+    )
     params: dict[DottedKey, Annotated[list[GridValue], Field(min_length=1, max_length=100)]] = (
         Field(default_factory=dict, max_length=10)
     )
@@ -170,10 +179,20 @@ class ExperimentSpec(WithResources):
         check_finite(v, "value")
         return v
 
+    def seeds_of(self, variant: str) -> list[int]:
+        """The seeds ``variant`` trains: its own ``seeds_by_variant`` entry, else ``seeds``."""
+        return list(dict.fromkeys(self.seeds_by_variant.get(variant, self.seeds)))
+
+    def all_seeds(self) -> list[int]:
+        """Every seed some variant trains, ``seeds`` first, then the others in order."""
+        extra = [s for v in self.seeds_by_variant.values() for s in v]
+        return list(dict.fromkeys([*self.seeds, *extra]))
+
     def planned_jobs(self) -> int:
         """How many training jobs the grid plans (computed without planning them)."""
-        return (
-            len(self.variants) * len(set(self.seeds)) * math.prod(map(len, self.params.values()))
+        names = self.variants if isinstance(self.variants, list) else list(self.variants)
+        return sum(len(self.seeds_of(v)) for v in names) * math.prod(
+            map(len, self.params.values())
         )
 
     def variant_fragments(self) -> dict[str, dict[str, Any]]:
@@ -219,6 +238,18 @@ class ExperimentSpec(WithResources):
         for variant in self.protocols:
             if variant not in fragments:
                 raise BadJobSpec(f"protocols: {variant!r} is not one of the variants")
+        for variant in self.seeds_by_variant:
+            if variant not in fragments:
+                raise BadJobSpec(f"seeds_by_variant: {variant!r} is not one of the variants")
+        for variant in fragments:
+            base = self.baselines.get(variant, self.baseline)
+            missing = sorted(set(self.seeds_of(variant)) - set(self.seeds_of(base)))
+            if variant != base and missing:
+                raise BadJobSpec(
+                    f"seeds_by_variant: {variant!r} trains seeds {missing} that its baseline "
+                    f"{base!r} does not; add them to the baseline so the comparison stays "
+                    "seed-paired"
+                )
         extra = sorted(set(self.protocols.values()))
         keys = sorted(self.params)
         combos = [
@@ -226,8 +257,10 @@ class ExperimentSpec(WithResources):
             for vals in itertools.product(*(self.params[k] for k in keys))
         ]
         jobs = []
-        for seed in dict.fromkeys(self.seeds):
+        for seed in self.all_seeds():
             for variant, fragment in fragments.items():
+                if seed not in self.seeds_of(variant):
+                    continue
                 for combo in combos or [{}]:
                     tag = "-".join(f"{k.split('.')[-1]}{_grid_text(v)}" for k, v in combo.items())
                     name = f"{variant}-s{seed}" + (f"-{tag}" if tag else "")
