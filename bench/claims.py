@@ -383,9 +383,10 @@ def controls(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[s
                 gap = f"{cmp.mean_diff:+.2f}{_spread(cmp.diffs)} ({n} seed{'s' if n > 1 else ''})"
                 gap += f", CI {_ci(cmp.diffs)}" if n > 1 else ""
             seeds = len(control.get("bleu_by_seed", {}))
+            planned = control.get("seeds_planned") or len(report["seeds"])
             lines.append(
                 f"| `{c.system}` | `{c.control}` | {c.isolates} | {_delta(system, True)} | "
-                f"{_delta(control, True)} | {gap} | {seeds} of {control.get('seeds_planned') or len(report['seeds'])} |"
+                f"{_delta(control, True)} | {gap} | {seeds} of {planned} |"
             )
         if lines:
             head = [

@@ -184,6 +184,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
     own_baselines: dict[str, str] = dict(exp.spec.get("baselines") or {})
     protocols: dict[str, str] = dict(exp.spec.get("protocols") or {})
     baseline_names = {exp.baseline, *own_baselines.values()}
+    own_seeds: dict[str, list[int]] = dict(exp.spec.get("seeds_by_variant") or {})
 
     def seeds_of(variant: str) -> dict[int, Job]:
         named = [j for j in jobs if j.variant == variant and j.seed is not None]
@@ -225,10 +226,7 @@ def comparison(exp: Experiment, jobs: list[Job], bootstrap: int = 1000) -> dict[
             "bootstrap": None,
             "verdict": None,
             "jobs": [j.id for j in members],
-            "seeds_planned": len(
-                set((exp.spec.get("seeds_by_variant") or {}).get(variant)
-                    or exp.spec.get("seeds") or [])
-            ),  # fmt: skip
+            "seeds_planned": len(set(own_seeds.get(variant) or exp.spec.get("seeds") or [])),
             "heads": head_statistics(done, run_metrics),
         }
         if done and not is_baseline:
