@@ -10,8 +10,8 @@ TORCH_SPEC ?= torch==2.13.0
 PROJECTS := shared/pyproject.toml services/parser/pyproject.toml services/trainer/pyproject.toml \
 	services/jobs/pyproject.toml
 
-.PHONY: venv data demo test lint pytest docs bench bench-peer clean compose-up compose-down \
-	compose-demo compose-test
+.PHONY: venv data demo demo-help test lint pytest docs bench bench-peer clean compose-up \
+	compose-down compose-demo compose-test
 
 venv: $(STAMP)
 
@@ -26,6 +26,9 @@ $(STAMP): $(PROJECTS) requirements-dev.txt
 DATA_DIR ?= ../shared/data
 DEMO_PAIRS ?= 6000
 M30K := $(DEMO_OUT)/m30k
+# the demo's own job queue and runs: every command about its experiment needs these settings
+DEMO_ENV = SYNATTN_HOME=$(DEMO_OUT)/jobs SYNATTN_DATA_ROOT=$(CURDIR) \
+	SYNATTN_RUNS_DIR=$(DEMO_OUT)/runs
 
 # Multi30k parsed for the full-size configs (examples/configs/m30k-*.yaml): train (29k pairs),
 # valid and test2016 with spaCy, and the joint 8k BPE vocabulary. Resumable: finished shards
@@ -55,8 +58,19 @@ demo: venv
 		--out $(M30K)/valid
 	$(BIN)/synattn tokenizer train --data $(M30K)/train --data $(M30K)/valid \
 		--out $(M30K)/tokenizer.json --vocab-size 4000
-	SYNATTN_HOME=$(DEMO_OUT)/jobs SYNATTN_DATA_ROOT=$(CURDIR) SYNATTN_RUNS_DIR=$(DEMO_OUT)/runs \
-		$(BIN)/synattn experiment run examples/experiments/demo.yaml --wait --embedded-worker
+	$(DEMO_ENV) $(BIN)/synattn experiment run examples/experiments/demo.yaml --wait \
+		--embedded-worker || { $(MAKE) -s --no-print-directory demo-help; exit 1; }
+	@$(MAKE) -s --no-print-directory demo-help
+
+# what to type to see the demo's experiment again: its job store is not the default one
+demo-help:
+	@echo
+	@echo "The demo's experiment is in its own job store, $(DEMO_OUT)/jobs. To see it again:"
+	@echo "  its report:     $(DEMO_ENV) $(BIN)/synattn report demo"
+	@echo "  its dashboard:  $(DEMO_ENV) $(BIN)/synattn token create me --admin"
+	@echo "                  $(DEMO_ENV) $(BIN)/synattn serve-jobs"
+	@echo "  then open http://127.0.0.1:8002/ and sign in with that token (an admin token sees"
+	@echo "  every user's experiments; the demo's belong to the command line's user, local)"
 
 lint: venv
 	$(BIN)/ruff check .

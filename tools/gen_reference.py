@@ -2,11 +2,16 @@
 
     python tools/gen_reference.py           # write docs/reference/config.md and cli.md
     python tools/gen_reference.py --check   # exit 1 if either differs from the code
+    python tools/gen_reference.py --plugins --out DIR   # this install's, plugins included
 
 ``config.md`` comes from the pydantic models (``synattn_trainer.config.TrainConfig``, every
 variant's options model in ``synattn_trainer.variant_options.OPTIONS``) and the preset table
 (``synattn_trainer.presets``); ``cli.md`` from the ``synattn`` typer app as its console script
 assembles it (``synattn_shared.cli`` plus the ``synattn.cli`` entry points of the services).
+
+The committed pages describe the built-ins: ``main`` loads no plugin unless ``--plugins`` is
+given, and then writes to ``--out`` (``render_config`` in a process that has loaded plugins adds
+a section per plugin: its variants' options and its presets).
 """
 
 from __future__ import annotations
@@ -208,7 +213,8 @@ FIELD_HEADER = ["Key", "Type", "Default", "Bounds", "Description"]
 
 def render_config() -> str:
     """The configuration reference page."""
-    from synattn_trainer.config import ATTENTION_TYPES, ModelConfig, TrainConfig, VariantSpec
+    from synattn_trainer.config import ATTENTION_TYPES, TrainConfig, VariantSpec
+    from synattn_trainer.plugins import builtin, load_plugins
     from synattn_trainer.presets import PAPERS, paper_of, summary
     from synattn_trainer.variant_options import OPTIONS
 
@@ -282,23 +288,9 @@ def render_config() -> str:
         "score biases, masks or an auxiliary loss, and composes with any other).",
         "",
     ]
-    shape = ModelConfig()
-    for name, options in OPTIONS.items():
-        config = options()
-        allowed = []
-        for kind in ATTENTION_TYPES:
-            try:
-                config.check_placement(shape, kind)
-            except ValueError:
-                continue
-            allowed.append(code(kind))
-        takes = " and ".join(TAKES[x] for x in sorted(config.replaces())) or "nothing"
-        out += [f"### `{name}`", ""]
-        out += paragraphs(options.__doc__)
-        out += ["", f"Runs on: {', '.join(allowed) or 'no attention type at this shape'}. "
-                f"Replaces: {takes}.", ""]  # fmt: skip
-        rows = field_rows(options)
-        out += (table(FIELD_HEADER, rows) if rows else ["No options."]) + [""]
+    plugins = load_plugins()  # none where main() disabled them (the committed pages)
+    for name, options in builtin(OPTIONS).items():
+        out += variant_section(name, options)
 
     out += [
         "## Presets",
@@ -316,7 +308,44 @@ def render_config() -> str:
             page = PAPER_PAGES.get(paper.cite)
             rows.append([code(name), f"[{label}]({page})" if page else label, md(summary(name))])
     out += [*table(["Preset", "Paper", "What it sets"], rows), ""]
+    for plugin in plugins.values():
+        out += plugin_section(plugin)
     return "\n".join(out)
+
+
+def variant_section(name: str, options: Any) -> list[str]:
+    """A variant's heading, where it runs, what it replaces, and its options table."""
+    from synattn_trainer.config import ATTENTION_TYPES, ModelConfig
+
+    config = options()
+    allowed = []
+    for kind in ATTENTION_TYPES:
+        try:
+            config.check_placement(ModelConfig(), kind)
+        except ValueError:
+            continue
+        allowed.append(code(kind))
+    takes = " and ".join(TAKES[x] for x in sorted(config.replaces())) or "nothing"
+    out = [f"### `{name}`", ""]
+    out += paragraphs(options.__doc__)
+    out += ["", f"Runs on: {', '.join(allowed) or 'no attention type at this shape'}. "
+            f"Replaces: {takes}.", ""]  # fmt: skip
+    rows = field_rows(options)
+    return out + (table(FIELD_HEADER, rows) if rows else ["No options."]) + [""]
+
+
+def plugin_section(plugin: Any) -> list[str]:
+    """An installed plugin (docs/plugins.md): where it comes from, its variants, its presets."""
+    from synattn_trainer.presets import summary
+
+    out = [f"## Plugin `{plugin.name}` {plugin.version}", "",
+           md(f"From {plugin.origin}; source sha256 {plugin.sha256[:12]}."), ""]  # fmt: skip
+    for name, declared in plugin.variants.items():
+        out += variant_section(name, declared.options)
+    if plugin.presets:
+        rows = [[code(name), md(summary(name))] for name in plugin.presets]
+        out += [*table(["Preset", "What it sets"], rows), ""]
+    return out
 
 
 # --------------------------------------------------------------------------- the CLI
@@ -457,7 +486,27 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--check", action="store_true", help="fail if a generated page is stale")
+    ap.add_argument(
+        "--plugins",
+        action="store_true",
+        help="include the installed plugins (writes to --out, not the committed pages)",
+    )
+    ap.add_argument("--out", type=Path, help="folder for the pages written with --plugins")
     args = ap.parse_args()
+    from synattn_trainer import plugins
+
+    if args.plugins:
+        if args.out is None or args.check:
+            ap.error(
+                "--plugins writes this install's pages to --out (the committed pages and "
+                "--check are built-ins only)"
+            )
+        args.out.mkdir(parents=True, exist_ok=True)
+        for path, text in render().items():
+            (args.out / path.name).write_text(text, encoding="utf-8")
+            print(f"wrote {args.out / path.name}")
+        return
+    plugins.disable()  # the committed pages: built-ins, whatever this environment has installed
     if args.check:
         if bad := stale():
             names = ", ".join(str(p.relative_to(REPO)) for p in bad)

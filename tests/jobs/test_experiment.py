@@ -27,6 +27,11 @@ def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
                         "--report-dir", str(report_dir), check=False, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
+    # off a terminal, a line per job as it moves on while the others wait (not a silent table)
+    for variant in ("vanilla", "dea", "slr-gated"):
+        assert f" {variant}-s1: queued | position " in out, out
+        assert f" {variant}-s1: succeeded | update 10/10 (100.0%) | loss " in out, out
+    assert f"experiment ci-{tmp_path.name}: 3/3 jobs done (3 succeeded)" in out
     for name in (
         "vanilla (baseline)",
         "dea",

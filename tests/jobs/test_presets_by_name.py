@@ -1,8 +1,9 @@
 """Presets by name through the job queue: ``synattn submit train --set preset=NAME``, the job
 API's ``preset``, grids whose variants name presets, and ``synattn presets [show NAME]``.
 
-Nothing here trains: a data root of configs whose data paths need not exist is enough for
-what is checked and stored at submit time."""
+Nothing here trains: a data root of configs over stand-in data (``tests.stand_in``: a shard
+directory of two sentences, a tiny tokenizer) is enough for what is checked and stored at
+submit time."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from synattn_trainer.config import TrainConfig, load_config
 from synattn_trainer.presets import VARIANTS, paper_of, summary
 from tests.jobs.conftest import Env, h, serving, tiny_yaml
+from tests.stand_in import stand_in_data
 
 
 @pytest.fixture
@@ -25,7 +27,7 @@ def light(tmp_path: Path) -> Env:
     """A queue (embedded broker and store) over a data root holding ``configs/tiny.yaml``."""
     root, home = tmp_path / "root", tmp_path / "home"
     home.mkdir()
-    fake = {k: root / "data" / k for k in ("train", "valid", "tokenizer")}
+    fake = stand_in_data(root / "data")  # real enough for the checks at the door
     tiny_yaml(fake, root / "configs" / "tiny.yaml")
     return Env(root, home, f"sqla+sqlite:///{home / 'broker.sqlite'}")
 

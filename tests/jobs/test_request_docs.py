@@ -3,8 +3,8 @@ both APIs, a 422 for a body of the wrong shape that shows what it looks like, er
 a path saying which root it was resolved against, and a grid written for the CLI posted to the
 API unchanged.
 
-Nothing here trains: a data root of configs whose data paths need not exist is enough for what
-is checked at submit time."""
+Nothing here trains: a data root of configs over stand-in data (``tests.stand_in``) is enough
+for what is checked at submit time."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from tests.jobs.conftest import Env, h, serving, tiny_yaml
+from tests.stand_in import stand_in_data
 
 GRID_HINT = (
     "a grid sent to the API names its config relative to the data root, not to the grid file "
@@ -33,7 +34,7 @@ def light(tmp_path: Path) -> Env:
     """A queue (embedded broker and store) over a data root holding ``configs/tiny.yaml``."""
     root, home = tmp_path / "root", tmp_path / "home"
     home.mkdir()
-    fake = {k: root / "data" / k for k in ("train", "valid", "tokenizer")}
+    fake = stand_in_data(root / "data")  # real enough for the checks at the door
     tiny_yaml(fake, root / "configs" / "tiny.yaml")
     return Env(root, home, f"sqla+sqlite:///{home / 'broker.sqlite'}")
 

@@ -218,17 +218,23 @@ def test_identical_outputs_are_inconclusive_and_one_seed_warns(tmp_path: Path) -
 EXPERIMENTS = sorted((Path(__file__).parents[2] / "examples" / "experiments").glob("*.yaml"))
 
 
+DIAGNOSTICS = {"headmask-diagnose", "headmask-diagnose-b", "rhe-prose"}  # one seed, short
+
+
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
 def test_experiment_files_plan_known_presets(path: Path) -> None:
     """Every shipped experiment names presets that exist, says which table it mirrors and
-    plans at least three seeds (the demo excepted: it is a minutes-long tour)."""
+    plans at least three seeds (the demo excepted: it is a minutes-long tour; and the short
+    one-seed diagnostic runs, which say which issue's question they answer)."""
     from synattn_jobs.submit import load_experiment_file
 
     spec = load_experiment_file(path)
     jobs = spec.expand(200)
     assert {j["variant"] for j in jobs} == set(spec.variant_fragments())
     assert (path.parent / spec.config).is_file()
-    if spec.name != "demo":
+    if spec.name in DIAGNOSTICS:
+        assert "(issue 70)" in path.read_text(encoding="utf-8").split("\nname:")[0]
+    elif spec.name != "demo":
         assert len(set(spec.seeds)) >= 3
         assert "Table" in path.read_text(encoding="utf-8").split("\nname:")[0]
     # seed-major: the first seed of every system comes before any second seed

@@ -317,7 +317,9 @@ def test_cache_dir_from_the_environment_and_a_read_only_split(
     # a split the user cannot write to (tests run as root here, who can write anywhere)
     real_access = os.access
     monkeypatch.setattr(
-        encoded.os, "access", lambda p, mode: False if Path(p) == split else real_access(p, mode)
+        encoded.os,
+        "access",
+        lambda p, mode: False if Path(p) == split and mode & os.W_OK else real_access(p, mode),
     )
     info = ensure_cache(split, tok, log=lambda _: None)
     assert info.path.parent == tmp_path / "xdg" / "synattn" / "encoded"

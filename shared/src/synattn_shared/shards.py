@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from synattn_shared.atomic import atomic_path
+from synattn_shared.errors import BadFile, file_error, os_problem, path_problem
 from synattn_shared.manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -30,6 +32,10 @@ from synattn_shared.manifest import (
 from synattn_shared.schema import SCHEMA_VERSION, SHARD_SCHEMA
 
 ROW_GROUP_SIZE = 1024  # granularity of random access
+SHARD_FIX = (
+    "the shard is damaged or missing (a partial copy?): copy the folder again, or re-run the "
+    "`synattn parse` or `synattn features` that made it into a new folder"
+)
 
 
 def shard_name(index: int) -> str:
@@ -175,19 +181,23 @@ class ShardDataset:
     """Read-only view of a finished dataset: streaming batches and random access by row.
 
     Raises:
-        ValueError: the dataset is incomplete or of another schema version.
+        BadFile: (a ``ValueError``) the folder is not a shard directory (``MissingFile``, a
+            ``FileNotFoundError``, when it or its manifest does not exist), the dataset is
+            incomplete or of another schema version; reading a shard that is damaged names it.
     """
 
     def __init__(self, directory: str | Path, verify: bool = False) -> None:
         self.dir = Path(directory)
         self.manifest = load_manifest(self.dir)
         if self.manifest.schema_version != SCHEMA_VERSION:
-            raise ValueError(
-                f"{self.dir}: schema version {self.manifest.schema_version}, "
-                f"this synattn reads {SCHEMA_VERSION}; re-run `synattn features`/`parse`"
+            raise BadFile(
+                self.dir,
+                f"schema version {self.manifest.schema_version}, this synattn reads "
+                f"{SCHEMA_VERSION}",
+                "re-run `synattn features`/`parse`",
             )
         if not self.manifest.complete:
-            raise ValueError(f"{self.dir}: dataset is incomplete; re-run the command to resume")
+            raise BadFile(self.dir, "dataset is incomplete", "re-run the command to resume")
         self._starts = [s.first_row for s in self.manifest.shards]
         self._files: dict[int, pq.ParquetFile] = {}
         self._groups: dict[int, list[int]] = {}
@@ -204,23 +214,52 @@ class ShardDataset:
             if sha256_file(self.dir / s.file) != s.sha256:
                 raise ValueError(f"{self.dir / s.file}: checksum mismatch")
 
+    def check_files(self) -> None:
+        """Every shard the manifest lists is a file of the size it records (a stat each, no
+        read): ``BadFile`` names the first that is missing, a folder, or truncated."""
+        for s in self.manifest.shards:
+            path = self.dir / s.file
+            problem = path_problem(path)
+            if problem is None and (size := path.stat().st_size) != s.bytes:
+                problem = (
+                    f"is {size:,} bytes where the manifest records {s.bytes:,}: truncated or "
+                    "changed since it was written"
+                )
+            if problem is not None:
+                raise file_error(path, problem, SHARD_FIX)
+
     def iter_batches(
         self, columns: Sequence[str] | None = None, batch_size: int = 1024
     ) -> Iterator[pa.RecordBatch]:
         """Stream record batches in row order without loading whole shards."""
         for s in self.manifest.shards:
-            yield from self._file(s.index).iter_batches(
+            batches = self._file(s.index).iter_batches(
                 batch_size=batch_size, columns=list(columns) if columns else None
             )
+            with self._reading(s.index):
+                yield from batches
 
     def iter_rows(self, columns: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
         """Rows as dicts, streaming."""
         for batch in self.iter_batches(columns):
             yield from batch.to_pylist()
 
+    @contextmanager
+    def _reading(self, index: int) -> Iterator[None]:
+        """Arrow's and the OS's errors of reading shard ``index`` as ``BadFile`` naming it."""
+        path = self.dir / self.manifest.shards[index].file
+        try:
+            yield
+        except OSError as exc:
+            raise BadFile(path, os_problem(exc), SHARD_FIX) from None
+        except pa.ArrowException as exc:
+            why = " ".join(str(exc).split())[:200]
+            raise BadFile(path, f"not a readable Parquet shard ({why})", SHARD_FIX) from None
+
     def _file(self, index: int) -> pq.ParquetFile:
         if index not in self._files:
-            self._files[index] = pq.ParquetFile(self.dir / self.manifest.shards[index].file)
+            with self._reading(index):
+                self._files[index] = pq.ParquetFile(self.dir / self.manifest.shards[index].file)
         return self._files[index]
 
     def __getitem__(self, row: int) -> dict[str, Any]:
@@ -241,6 +280,7 @@ class ShardDataset:
         group = bisect.bisect_right(self._groups[k], offset) - 1
         within = offset - self._groups[k][group]
         if self._cache is None or self._cache[:2] != (k, group):
-            self._cache = (k, group, self._file(k).read_row_group(group))
+            with self._reading(k):
+                self._cache = (k, group, self._file(k).read_row_group(group))
         record: dict[str, Any] = self._cache[2].slice(within, 1).to_pylist()[0]
         return record

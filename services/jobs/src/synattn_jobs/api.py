@@ -79,5 +79,9 @@ def create_app(settings: JobSettings | None = None) -> FastAPI:
 
 
 def app_factory() -> FastAPI:
-    """For ``uvicorn --factory synattn_jobs.api:app_factory``."""
+    """For ``uvicorn --factory synattn_jobs.api:app_factory``; a broken or clashing plugin
+    install (``synattn_trainer.plugins``) is refused here, before serving."""
+    from synattn_trainer.plugins import load_plugins
+
+    load_plugins()
     return create_app()

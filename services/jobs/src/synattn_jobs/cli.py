@@ -19,6 +19,7 @@ import yaml
 from rich.console import Console
 
 from synattn_jobs.errors import BadJobSpec
+from synattn_jobs.failure import cause
 from synattn_jobs.settings import get_settings
 from synattn_jobs.specs import ParseJobSpec, TrainJobSpec
 from synattn_jobs.store import LOCAL_ADMIN, TERMINAL, Job, JobStore, QuotaExceeded
@@ -48,6 +49,20 @@ def _store() -> JobStore:
     return JobStore(get_settings().database_url)
 
 
+def _owner(store: JobStore) -> str:
+    """Who owns what this CLI submits: the user of the token in ``SYNATTN_TOKEN``, so it shows
+    in that user's dashboard; without one, the local admin ``local``."""
+    token = get_settings().token
+    if token is None or not token.get_secret_value():
+        return LOCAL_ADMIN.name
+    who = store.check_token(token.get_secret_value())
+    if who is None:
+        raise fail("SYNATTN_TOKEN is not a valid token of this job store (revoked, or made for "
+                   "another SYNATTN_HOME): create one with `synattn token create NAME`, or unset "
+                   "it to submit as the local admin")  # fmt: skip
+    return who.name
+
+
 def _parse_sets(sets: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in sets:
@@ -67,7 +82,10 @@ def token_create(
         slug(name, "token name")
     except UnsafePath as exc:
         raise fail(one_line(exc)) from None
-    print(_store().create_token(name, admin=admin))
+    token = _store().create_token(name, admin=admin)
+    err.print(f"(the token below: with SYNATTN_TOKEN=<it> what the CLI submits is {name}'s, "
+              "and shows in their dashboard)", highlight=False)  # fmt: skip
+    print(token, flush=True)
 
 
 def token_revoke(name: str) -> None:
@@ -77,7 +95,9 @@ def token_revoke(name: str) -> None:
 
 
 def submit_train_cmd(
-    config: Annotated[Path, typer.Argument(help="training config YAML under the data root")],
+    config: Annotated[
+        Path, typer.Argument(readable=False, help="training config YAML under the data root")
+    ],
     set_: Annotated[list[str], typer.Option("--set", help="override KEY=VALUE")] = [],  # noqa: B006
     name: str | None = None,
     out: Annotated[
@@ -99,16 +119,21 @@ def submit_train_cmd(
             config=str(config.resolve()), overrides=_parse_sets(set_), evaluate={"split": split},
             resources={"processes": processes},
         )  # fmt: skip
-        job = submit_train(_store(), s, spec, name, out, LOCAL_ADMIN.name, priority)
+        store = _store()
+        job = submit_train(store, s, spec, name, out, _owner(store), priority)
     except (BadJobSpec, ValueError, QuotaExceeded) as exc:
         raise fail(one_line(exc)) from None
     print(job.id)
 
 
 def submit_parse_cmd(
-    src: Annotated[Path, typer.Option(help="source sentences, one per line (.gz allowed)")],
+    src: Annotated[
+        Path, typer.Option(readable=False, help="source sentences, one per line (.gz allowed)")
+    ],
     out: Annotated[Path, typer.Option(help="dataset directory to write")],
-    tgt: Annotated[Path | None, typer.Option(help="target side, stored per row")] = None,
+    tgt: Annotated[
+        Path | None, typer.Option(readable=False, help="target side, stored per row")
+    ] = None,
     backend: str = "spacy",
     limit: int | None = None,
     workers: int = 1,
@@ -125,7 +150,8 @@ def submit_parse_cmd(
             out=str(out.resolve()), backend=backend, limit=limit, workers=workers,
             rows_per_shard=rows_per_shard,
         )  # fmt: skip
-        job = submit_parse(_store(), get_settings(), spec, name, LOCAL_ADMIN.name, priority)
+        store = _store()
+        job = submit_parse(store, get_settings(), spec, name, _owner(store), priority)
     except (BadJobSpec, ValueError, QuotaExceeded) as exc:
         raise fail(one_line(exc)) from None
     print(job.id)
@@ -144,6 +170,8 @@ def _progress_text(job: Job) -> str:
         parts.append(str(p["phase"]))
     if (job.result or {}).get("bleu") is not None:
         parts.append(f"BLEU {job.result['bleu']:.2f}")
+    if job.state == "failed" and (why := cause(job.error)):
+        parts.append(why)  # the one line of why (the record keeps the traceback)
     return ", ".join(parts)
 
 
@@ -154,6 +182,7 @@ def jobs(
 ) -> None:
     """List jobs (oldest first) with state and progress."""
     from rich.table import Table
+    from rich.text import Text
 
     store = _store()
     exp_id = None
@@ -168,7 +197,8 @@ def jobs(
     positions = store.queue(fifo=get_settings().dispatch == "fifo")["positions"]
     for j in store.jobs(state, exp_id, kind):
         where = str(positions[j.id]) if j.id in positions else ""
-        t.add_row(j.id, j.kind, j.name, j.state, where, str(j.attempts), _progress_text(j))
+        t.add_row(j.id, j.kind, j.name, j.state, where, str(j.attempts),
+                  Text(_progress_text(j)))  # fmt: skip
     console.print(t)
 
 
@@ -220,18 +250,25 @@ def _resolve_jobs(store: JobStore, ref: str) -> list[Job]:
 
 def wait_for(store: JobStore, ref: str, interval: float = 2.0, timeout: float | None = None,
              quiet: bool = False) -> list[Job]:  # fmt: skip
-    """Poll until every job of ``ref`` (a job or an experiment) is final."""
+    """Poll until every job of ``ref`` (a job or an experiment) is final: a live table on a
+    terminal, else a plain line per job as it moves on (``synattn_jobs.follow``)."""
     from rich.live import Live
     from rich.table import Table
 
+    from synattn_jobs.follow import progress_text, state_text
+    from synattn_shared.progress import plain
+
     start = time.monotonic()
+    if plain(console):
+        return _wait_in_lines(store, ref, interval, timeout, quiet)
 
     def table(js: list[Job]) -> Table:
         t = Table(title=f"{ref}: {sum(j.state in TERMINAL for j in js)}/{len(js)} done")
         for col in ("id", "name", "state", "progress"):
             t.add_column(col)
+        positions = _positions(store, js)
         for j in js:
-            t.add_row(j.id, j.name, j.state, _progress_text(j))
+            t.add_row(j.id, j.name, state_text(j), progress_text(j, positions.get(j.id)))
         return t
 
     js = _resolve_jobs(store, ref)
@@ -251,6 +288,35 @@ def wait_for(store: JobStore, ref: str, interval: float = 2.0, timeout: float | 
     return js
 
 
+def _positions(store: JobStore, js: list[Job]) -> dict[str, int]:
+    """Queued jobs' places in the fair order (only asked for while one of ``js`` waits)."""
+    if not any(j.state == "queued" for j in js):
+        return {}
+    positions: dict[str, int] = store.queue(fifo=get_settings().dispatch == "fifo")["positions"]
+    return positions
+
+
+def _wait_in_lines(store: JobStore, ref: str, interval: float, timeout: float | None,
+                   quiet: bool) -> list[Job]:  # fmt: skip
+    """``wait_for`` off a terminal: a line per job as it moves on, then one for them all."""
+    from synattn_jobs.follow import JobLines, summary_line
+
+    start = time.monotonic()
+    lines = JobLines(lambda line: console.print(line, markup=False, highlight=False))
+    exp = store.experiment(ref) if store.get(ref) is None else None
+    label = f"experiment {exp.name}" if exp is not None else ref
+    while True:
+        js = _resolve_jobs(store, ref)
+        if not quiet:
+            lines.update(js, _positions(store, js))
+        if all(j.state in TERMINAL for j in js):
+            console.print(summary_line(label, js), markup=False, highlight=False)
+            return js
+        if timeout is not None and time.monotonic() - start > timeout:
+            raise fail(f"timed out after {timeout:.0f}s waiting for {ref}", code=1)
+        time.sleep(interval)
+
+
 def watch(
     ref: Annotated[str, typer.Argument(help="job id, experiment id or experiment name")],
     interval: float = 2.0,
@@ -260,9 +326,9 @@ def watch(
     js = wait_for(_store(), ref, interval, timeout)
     bad = [j for j in js if j.state != "succeeded"]
     for j in bad:
-        err.print(
-            f"{j.id} {j.name}: {j.state}" + (f": {j.error.splitlines()[-1]}" if j.error else "")
-        )
+        why = cause(j.error)
+        err.print(f"{j.id} {j.name}: {j.state}" + (f": {why}" if why else ""), markup=False,
+                  highlight=False)  # fmt: skip
     if bad:
         raise typer.Exit(code=1)
 
@@ -292,7 +358,7 @@ def start_worker(queues: str = "parse,train", extra_env: dict[str, str] | None =
 
 
 def experiment_run(
-    grid: Annotated[Path, typer.Argument(help="experiment grid YAML")],
+    grid: Annotated[Path, typer.Argument(readable=False, help="experiment grid YAML")],
     wait: Annotated[bool, typer.Option(help="wait for every job, then print the table")] = False,
     embedded_worker: Annotated[
         bool, typer.Option(help="start a local worker for the run (needs --wait)")
@@ -304,11 +370,12 @@ def experiment_run(
 
     s = get_settings()
     store = _store()
+    owner = _owner(store)
     try:
-        exp, js = submit_experiment(store, s, load_experiment_file(grid), owner=LOCAL_ADMIN.name)
+        exp, js = submit_experiment(store, s, load_experiment_file(grid), owner=owner)
     except (BadJobSpec, ValueError, QuotaExceeded) as exc:
         raise fail(one_line(exc)) from None
-    console.print(f"experiment {exp.name} ({exp.id}): {len(js)} jobs queued")
+    console.print(f"experiment {exp.name} ({exp.id}): {len(js)} jobs queued, owned by {owner}")
     if not wait:
         print(exp.id)
         return
@@ -363,6 +430,8 @@ def worker(
     training job saves a checkpoint and goes back on the queue. This command exits with the
     worker's status once it has stopped, never leaving it behind.
     """
+    if "train" in queues:  # a plugin clash or a broken plugin is refused here, not per job
+        _load_plugins()
     proc = start_worker(queues, {"SYNATTN_WORKER_ONCE": "1"} if once else None, name=name)
     raise typer.Exit(code=supervise(proc))
 
@@ -391,12 +460,25 @@ def supervise(proc: subprocess.Popen[bytes]) -> int:
     return 0 if forwarded and code in (0, -signal.SIGTERM) else code
 
 
+def _load_plugins() -> None:
+    """The installed plugins (``synattn_trainer.plugins``), or exit 2 with the line saying
+    why they cannot be used (a clash names both sides)."""
+    from synattn_trainer.plugins import PluginError, load_plugins
+
+    try:
+        load_plugins()
+    except PluginError as exc:
+        raise fail(one_line(exc)) from None
+
+
 def presets_list(ctx: typer.Context) -> None:
     """Every preset: its paper and what it sets. `synattn presets show NAME` prints one; a
     config uses one with `preset: NAME` (or `--set preset=NAME`, or a grid's variants)."""
     if ctx.invoked_subcommand is not None:
         return
     from synattn_trainer.presets import VARIANTS, paper_of, summary
+
+    _load_plugins()  # the plugins' presets are listed too
 
     rows = [(n, paper_of(n).label(), summary(n)) for n in VARIANTS]
     width = [max(len(r[i]) for r in rows) for i in (0, 1)]
@@ -409,6 +491,7 @@ def presets_show(name: Annotated[str, typer.Argument(help="a preset (synattn pre
     """Print a preset's settings: the YAML block that `preset: NAME` stands for in a config."""
     from synattn_trainer.presets import VARIANTS, paper_of, summary, unknown_preset
 
+    _load_plugins()
     if name not in VARIANTS:
         raise fail(unknown_preset(name))
     paper = paper_of(name)

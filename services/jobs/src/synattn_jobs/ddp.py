@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from synattn_jobs.ddp_rank import RESULT_NAME, STOP_NAME, result_from_json
+from synattn_jobs.failure import Described
 from synattn_jobs.runners import Cancelled
 from synattn_jobs.settings import JobSettings
 
@@ -50,8 +52,9 @@ POLL_S = 0.5  # how often the worker reads metrics.jsonl and the cancel flag
 KILL_AFTER_S = 45.0  # SIGTERM to SIGKILL: torchrun gives its ranks 30 s
 
 
-class RankFailed(RuntimeError):
-    """A rank of a multi-process job died or raised, and ``torchrun`` ended the job."""
+class RankFailed(Described):
+    """A rank of a multi-process job died or raised, and ``torchrun`` ended the job; the
+    message is the job's error (``_describe_failure``), its first line the cause."""
 
 
 def gpu_count() -> int:
@@ -119,26 +122,57 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+def _root_cause(log: str) -> tuple[int | None, str | None]:
+    """The rank ``torchrun`` observed failing first, and what it says of it (``Signal 9
+    (SIGKILL) received by PID 123`` for a killed rank), from its log's failure summary."""
+    at = log.rfind("Root Cause")
+    if at < 0:
+        return None, None
+    summary = log[at:]
+    rank = re.search(r"^\s*rank\s*:\s*(\d+)", summary, re.MULTILINE)
+    said = re.search(r"^\s*traceback\s*:\s*(.+)$", summary, re.MULTILINE)
+    how = None
+    if said is not None and not said.group(1).strip().startswith(("<N/A>", "To enable")):
+        how = said.group(1).strip()
+    return (int(rank.group(1)) if rank else None), how
+
+
 def _describe_failure(folder: Path, processes: int, code: int) -> str:
-    """Why the ranks ended: each one's Python error (its traceback's last line) or none (it
-    was killed, or ``torchrun`` ended it), then the tail of ``torchrun``'s log, which names
-    the signal of a killed rank; at most about 3,000 characters, so that the job's error
-    (a traceback's last 4,000) keeps all of it."""
-    lines = [f"the {processes}-process job failed: torchrun exited with status {code}"]
+    """Why the ranks ended, its first line the cause (``synattn_jobs.failure.cause``): the
+    rank that failed first (``torchrun``'s root cause, else the first rank with a Python
+    error) and its error; then each rank's error line (or none: it was killed, or ``torchrun``
+    ended it), the tail of ``torchrun``'s log, which names the signal of a killed rank, and,
+    when the run has checkpoints, that they are kept. At most about 3,000 characters, so that
+    the job's error (4,000) keeps all of it."""
+    from synattn_jobs.failure import cause
+
+    log = folder / "torchrun.log"
+    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    root, how = _root_cause(text)
+    said: dict[int, str] = {}
     for rank in range(processes):
         error = folder / f"rank-{rank}.error"
-        said = (
-            error.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-            if error.is_file()
-            else []
-        )
-        last = said[-1][:300] if said else "no Python error (killed, or ended by torchrun)"
-        lines.append(f"rank {rank}: {last}")
-    log = folder / "torchrun.log"
-    if log.is_file():
-        tail = log.read_text(encoding="utf-8", errors="replace")[-1500:].splitlines()[1:]
+        if error.is_file():
+            line = cause(error.read_text(encoding="utf-8", errors="replace"))
+            if line:
+                said[rank] = line[:300]
+    if root is None or not 0 <= root < processes:
+        root = min(said, key=lambda r: (folder / f"rank-{r}.error").stat().st_mtime, default=0)
+    killed = "no Python error (killed, or ended by torchrun)"
+    first = said.get(root) or (f"killed: {how}" if how else killed)
+    lines = [
+        f"the {processes}-process job failed: rank {root}: {first} (torchrun exited with "
+        f"status {code})"
+    ]
+    lines += [f"rank {rank}: {said.get(rank, killed)}" for rank in range(processes)]
+    if text:
+        tail = text[-1500:].splitlines()[1:]
         lines += ["--- ddp/torchrun.log (last lines) ---", *tail, "---"]
-    lines.append("its checkpoints are kept: the same job submitted with --out resumes from them")
+    ckpts = folder.parent / "checkpoints"
+    if any(ckpts.glob("ckpt-*.pt")) or (ckpts / "resume.pt").is_file():
+        lines.append(
+            "its checkpoints are kept: the same job submitted with --out resumes from them"
+        )
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ timeout and how often to look for a stop request. Each rank:
   gradient all-reduce). Rank 0 then saves a resume point, as a one-process job does;
 - rank 0 writes ``result.json``: the ``TrainResult`` and the parameter count, what the worker
   needs to evaluate and to return the same result as a one-process job. A rank that raises
-  writes ``rank-R.error`` (its traceback) for the job's error.
+  writes ``rank-R.error`` (its cause on one line, then its traceback) for the job's error.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,7 +138,10 @@ def main(argv: list[str]) -> int:
         job = json.loads(job_file.read_text(encoding="utf-8"))
         result, parameters = train(job, folder)
     except BaseException as exc:
-        atomic_write_text(folder / f"rank-{rank}.error", "".join(traceback.format_exception(exc)))
+        from synattn_jobs.failure import failure_text
+
+        # its cause on the first line, then the traceback (the job's error quotes the line)
+        atomic_write_text(folder / f"rank-{rank}.error", failure_text(exc, with_traceback=True))
         raise
     if rank == 0:
         atomic_write_text(folder / RESULT_NAME, json.dumps(result_json(result, parameters)))

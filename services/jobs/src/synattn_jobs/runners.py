@@ -8,6 +8,7 @@ resumes from its newest checkpoint, which is what makes a redelivered task conti
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,28 @@ def median_tokens_per_s(metrics: Path) -> float | None:
     return speeds[len(speeds) // 2]
 
 
+class Pace:
+    """The training time left, at the rate of the updates this claim of the job has logged
+    (timed from its first logged update, so start-up and a resumed run's earlier updates do
+    not skew it): the job's ``eta_s`` progress field, which ``synattn watch`` and the
+    dashboard show. ``max_updates`` is the budget; an earlier stop (patience, epochs) comes
+    sooner."""
+
+    def __init__(self, max_updates: int) -> None:
+        self.max_updates = max_updates
+        self.first: tuple[int, float] | None = None
+
+    def eta_s(self, update: int, now: float | None = None) -> float | None:
+        now = time.monotonic() if now is None else now
+        if self.first is None:
+            self.first = (update, now)
+            return None
+        done, elapsed = update - self.first[0], now - self.first[1]
+        if done <= 0 or elapsed <= 0:
+            return None
+        return round(max(self.max_updates - update, 0) * elapsed / done, 1)
+
+
 def run_train(
     spec: TrainJobSpec, out_dir: Path, progress: Progress, should_stop: ShouldStop
 ) -> dict[str, Any]:
@@ -52,16 +75,23 @@ def run_train(
     from synattn_trainer.inference import translate_split
 
     if isinstance(spec, StoredTrainSpec):
+        from synattn_trainer.plugins import check_recorded
+
+        check_recorded(spec.plugins, "the job")  # before training: never another method
         cfg = TrainConfig.model_validate(spec.resolved)  # what was checked at submit
     else:
         cfg = load_config(spec.config, spec.overrides)
+    from synattn_trainer.preflight import check_config_files
+
+    check_config_files(cfg)  # checked at submit; a file moved or damaged since is said here
     processes = spec.resources.processes
     phase: dict[str, Any] = {"phase": "train", "max_updates": cfg.train.max_updates}
+    pace = Pace(cfg.train.max_updates)
 
     def on_update(rec: dict[str, Any]) -> None:
         progress(
             {"update": rec["update"], "epoch": rec["epoch"], "loss": round(rec["loss"], 4),
-             "tokens_per_s": round(rec["tokens_per_s"], 1)}
+             "tokens_per_s": round(rec["tokens_per_s"], 1), "eta_s": pace.eta_s(rec["update"])}
         )  # fmt: skip
 
     if processes > 1:

@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from synattn_jobs.specs import MAX_PROCESSES
@@ -135,6 +135,12 @@ class JobSettings(BaseSettings, ServeTimeouts):
     )
     api_host: str = "127.0.0.1"
     api_port: int = 8002
+    token: SecretStr | None = Field(
+        None,
+        description="a job API token (`synattn token create NAME`): what the CLI submits is "
+        "owned by its user, so it shows in that user's dashboard (unset: the local admin "
+        "`local`, whose jobs only an admin token sees)",
+    )
 
     @model_validator(mode="after")
     def _defaults(self) -> JobSettings:

@@ -86,6 +86,8 @@ class WithResources(Spec):
         data: dict[str, Any] = handler(self)
         if self.resources == Resources():
             data.pop("resources", None)
+        if data.get("plugins") == {}:  # a stored spec of built-in variants: as it always was
+            data.pop("plugins")
         return data
 
 
@@ -108,6 +110,12 @@ class StoredTrainSpec(TrainJobSpec):
     The worker trains ``resolved``, so editing the YAML afterwards changes nothing."""
 
     resolved: dict[str, Any]
+    plugins: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="the plugins the configuration's variants come from, as the submitting "
+        "process had them (name: version, source sha256); a worker without the same refuses "
+        "the job (synattn_trainer.plugins.check_recorded)",
+    )
 
 
 class ExperimentSpec(WithResources):
@@ -199,14 +207,18 @@ class ExperimentSpec(WithResources):
         """Each variant's config fragment: a preset by name, or the grid's own; a grid's own
         fragment under a preset's name refines that preset (nested mappings merge, anything
         else replaces), e.g. LPEA's clip calibrated to the data's trees."""
-        from synattn_trainer.presets import VARIANTS, merge
+        from synattn_trainer.presets import VARIANTS, close_presets, merge
 
         if isinstance(self.variants, dict):
             return {v: merge(VARIANTS.get(v, {}), frag) for v, frag in self.variants.items()}
 
         unknown = [v for v in self.variants if v not in VARIANTS]
-        if unknown:
-            raise BadJobSpec(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+        if unknown:  # each with its close matches, not all the presets there are
+            said = "; ".join(f"{v!r}: {close_presets(v)}" for v in unknown)
+            raise BadJobSpec(
+                f"unknown variants {unknown} (a grid's list names presets): {said} (synattn "
+                f"presets lists all {len(VARIANTS)})"
+            )
         return {v: VARIANTS[v] for v in self.variants}
 
     def baseline_of(self, variant: str) -> str:
@@ -332,16 +344,36 @@ def no_such_file(what: str, path: str, root: Path) -> BadJobSpec:
     )
 
 
+def check_corpus(what: str, written: str, path: Path, root: Path) -> None:
+    """A corpus a parse job names is a text file whose start decodes as UTF-8
+    (``synattn_shared.textfile.check_text_head``; the worker reads the rest), or ``BadJobSpec``
+    naming it with the data root it was resolved against."""
+    from synattn_shared.errors import BadFile, path_problem
+    from synattn_shared.textfile import ENCODING_FIX, check_text_head
+
+    if path_problem(path) == "does not exist":
+        raise no_such_file(what, written, root)
+    if path.is_file() and path.stat().st_size == 0:
+        raise BadJobSpec(f"{what} {written!r}: is empty: no sentences ({root_note(root)})")
+    try:
+        check_text_head(path, encoding_fix=ENCODING_FIX)
+    except BadFile as exc:
+        line = "" if exc.line is None else f" line {exc.line}"
+        fix = "" if exc.fix is None else f"; {exc.fix}"
+        raise BadJobSpec(
+            f"{what} {written!r}{line}: {exc.problem}{fix} ({root_note(root)})"
+        ) from None
+
+
 def check_parse_spec(spec: ParseJobSpec, root: Path, private: tuple[Path, ...]) -> ParseJobSpec:
-    """The spec with every path resolved inside the data root; the source must exist."""
+    """The spec with every path resolved inside the data root; the source (and target) must
+    be text files (``check_corpus``)."""
     src = inside_root(spec.src, root, "src", private)
-    if not src.is_file():
-        raise no_such_file("src", spec.src, root)
+    check_corpus("src", spec.src, src, root)
     tgt = None
     if spec.tgt is not None:
         tgt = inside_root(spec.tgt, root, "tgt", private)
-        if not tgt.is_file():
-            raise no_such_file("tgt", spec.tgt, root)
+        check_corpus("tgt", spec.tgt, tgt, root)
     out = inside_root(spec.out, root, "out", private)
     if out == root:
         raise BadJobSpec("out must be a folder inside the data root, not the root itself")

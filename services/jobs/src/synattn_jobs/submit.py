@@ -66,12 +66,15 @@ def resolve_train_spec(spec: TrainJobSpec, settings: JobSettings) -> StoredTrain
         raise no_such_file("config", spec.config, settings.data_root)
     split = spec.evaluate.split if spec.evaluate is not None else None
     cfg = validate_train_config(config, spec.overrides, settings, split)
+    from synattn_trainer.plugins import record
+
     return StoredTrainSpec(
         config=str(config),
         overrides=spec.overrides,
         evaluate=spec.evaluate,
         resources=spec.resources,
         resolved=cfg.model_dump(mode="json"),
+        plugins=record(cfg),  # what a worker must have to run it
     )
 
 
@@ -156,10 +159,13 @@ def submit_parse(
 
 def load_experiment_file(path: Path) -> ExperimentSpec:
     """Read a grid YAML; its ``config`` is relative to the YAML's folder when not absolute."""
+    from synattn_shared.errors import BadFile
+    from synattn_shared.textfile import read_text
+
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadJobSpec(f"{path}: {exc}") from None
+        raw = yaml.safe_load(read_text(path, fix="give a grid file (YAML)")) or {}
+    except BadFile as exc:  # missing, a folder, unreadable, not UTF-8 (with its line)
+        raise BadJobSpec(str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""

@@ -1,8 +1,9 @@
 """Checks of a training configuration before it is queued (no torch: the API stays light).
 
 The whole configuration is resolved here, every variant's options included (the torch-free
-``synattn_trainer.variant_options``), and held to the operator's resource caps, so a job that
-is accepted cannot fail later for a configuration reason.
+``synattn_trainer.variant_options``), held to the operator's resource caps, and its files
+checked (``synattn_trainer.preflight``: the shard directories and the tokenizer exist and are
+what they should be), so a job that is accepted cannot fail later for a configuration reason.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def validate_train_config(
     config: Path, overrides: dict[str, Any], settings: JobSettings, split: str | None = None
 ) -> TrainConfig:
     """Load the YAML with its overrides and check it all: options, data paths inside the data
-    root, the resource caps, and that the evaluation ``split`` exists."""
+    root, the resource caps, that the evaluation ``split`` exists, and that every file the
+    configuration names is what it should be (``synattn_trainer.preflight``)."""
     from synattn_jobs.specs import DATA_ROOT_ENV, inside_root
     from synattn_trainer.config import load_config
 
@@ -46,6 +48,13 @@ def validate_train_config(
     if split is not None and getattr(cfg.data, split, None) is None:
         raise BadJobSpec(f"evaluate.split {split!r}: the config has no data.{split}")
     check_caps(cfg, settings)
+    from synattn_shared.errors import BadFile
+    from synattn_trainer.preflight import check_config_files
+
+    try:  # every file it names is there and is what it should be: nothing fails in a worker
+        check_config_files(cfg, config, overrides)
+    except BadFile as exc:
+        raise BadJobSpec(f"config {config.name}: {exc}") from None
     return cfg
 
 

@@ -34,7 +34,6 @@ import os
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from synattn_jobs.errors import BadJobSpec
+from synattn_jobs.failure import failure_text
 from synattn_jobs.runners import Cancelled
 from synattn_jobs.settings import JobSettings, get_settings
 from synattn_jobs.specs import MAX_PROCESSES, ParseJobSpec, StoredTrainSpec, TrainJobSpec
@@ -262,14 +262,14 @@ def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
         settle("cancelled", error=str(exc))
         return {"job": job_id, "state": "cancelled"}
     except (BadJobSpec, ValidationError, FileNotFoundError, ValueError) as exc:
-        settle("failed", error=f"{type(exc).__name__}: {exc}")
+        settle("failed", error=failure_text(exc))  # its cause first (synattn_jobs.failure)
         return {"job": job_id, "state": "failed"}  # bad configuration: never retried
     except TRANSIENT as exc:
         error = f"{type(exc).__name__}: {exc}"[:4000]
         patiently(lambda: s.release(job_id, me, error), f"release {job_id}")
         raise task.retry(exc=exc, countdown=min(300, 5 * 2**task.request.retries)) from exc
     except Exception as exc:
-        settle("failed", error="".join(traceback.format_exception(exc))[-4000:])
+        settle("failed", error=failure_text(exc))
         return {"job": job_id, "state": "failed"}
     finally:
         beat.stop.set()

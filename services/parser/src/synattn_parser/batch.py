@@ -7,8 +7,6 @@ A re-run skips shards whose checksum matches, so a killed run resumes without du
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
@@ -27,6 +25,7 @@ from synattn_shared.features import FeatureOptions, to_row
 from synattn_shared.manifest import Manifest, ParserInfo, ShardInfo, SourceInfo, sha256_file
 from synattn_shared.records import SentenceRecord
 from synattn_shared.shards import ShardWriter, shard_done, write_shard_file
+from synattn_shared.textfile import ENCODING_FIX, check_encoding, open_text, reading
 
 _PARSERS: dict[str, Parser] = {}  # one loaded model per process and configuration
 
@@ -47,35 +46,37 @@ class ShardJob(BaseModel):
     features: dict[str, Any] = {}
     lines: list[str] | None = None  # the shard's source lines, when the caller has them
     tgt_lines: list[str] | None = None
+    encoding: str = "utf-8"  # of the src and tgt files
 
 
-def open_text(path: str | Path) -> io.TextIOBase:
-    """A text file, gunzipped when it ends in ``.gz``."""
-    p = Path(path)
-    if p.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
-    return open(p, encoding="utf-8")
+CORPUS_FIX = "give a text file of one sentence per line (.gz allowed)"
+# a corpus that does not decode: convert it, or say what it is in
+CORPUS_ENCODING_FIX = f"{ENCODING_FIX}, or name its encoding: synattn parse --encoding latin-1"
 
 
-def read_lines(path: str | Path, start: int = 0, stop: int | None = None) -> list[str]:
+def read_lines(
+    path: str | Path, start: int = 0, stop: int | None = None, encoding: str = "utf-8"
+) -> list[str]:
     """Lines ``[start, stop)`` of a (gzipped) text file, without their newlines."""
-    with open_text(path) as fh:
+    with reading(path, encoding, CORPUS_FIX, CORPUS_ENCODING_FIX), open_text(path, encoding) as fh:
         return [line.rstrip("\r\n") for line in islice(fh, start, stop)]
 
 
-def count_lines(path: str | Path) -> int:
-    """Number of lines of a (gzipped) text file."""
-    with open_text(path) as fh:
+def count_lines(path: str | Path, encoding: str = "utf-8") -> int:
+    """Number of lines of a (gzipped) text file; every line is decoded, so a file that is not
+    text in ``encoding`` is refused here, before any parser loads (``BadFile`` with the
+    number of its first bad line)."""
+    with reading(path, encoding, CORPUS_FIX, CORPUS_ENCODING_FIX), open_text(path, encoding) as fh:
         return sum(1 for _ in fh)
 
 
-def first_empty_line(path: str | Path, stop: int) -> int | None:
+def first_empty_line(path: str | Path, stop: int, encoding: str = "utf-8") -> int | None:
     """The 1-based number of the first blank line among the first ``stop``, or None.
 
     A corpus is checked this way before any parser loads, so bad input fails in the
     time it takes to read the file rather than the time it takes to load a model.
     """
-    with open_text(path) as fh:
+    with reading(path, encoding, CORPUS_FIX, CORPUS_ENCODING_FIX), open_text(path, encoding) as fh:
         for k, line in enumerate(islice(fh, stop)):
             if not line.strip():
                 return k + 1
@@ -142,10 +143,12 @@ def run_shard_job(job: ShardJob) -> ShardInfo:
         return done
     start = job.index * job.rows_per_shard
     stop = start + job.rows_per_shard
-    lines = job.lines if job.lines is not None else read_lines(job.src, start, stop)
+    lines = job.lines
+    if lines is None:
+        lines = read_lines(job.src, start, stop, job.encoding)
     tgts = job.tgt_lines
     if tgts is None and job.tgt is not None:
-        tgts = read_lines(job.tgt, start, stop)
+        tgts = read_lines(job.tgt, start, stop, job.encoding)
     settings = ParserSettings(**job.settings)
     parser = get_parser(job.backend, settings)
     options = FeatureOptions(**job.features)
@@ -158,8 +161,8 @@ def run_shard_payload(job: dict[str, Any]) -> dict[str, Any]:
     return run_shard_job(ShardJob.model_validate(job)).model_dump(mode="json")
 
 
-def _chunks(path: str | Path, size: int) -> Iterator[list[str]]:
-    with open_text(path) as fh:
+def _chunks(path: str | Path, size: int, encoding: str = "utf-8") -> Iterator[list[str]]:
+    with reading(path, encoding, CORPUS_FIX, CORPUS_ENCODING_FIX), open_text(path, encoding) as fh:
         while chunk := [line.rstrip("\r\n") for line in islice(fh, size)]:
             yield chunk
 
@@ -200,6 +203,8 @@ def parse_corpus(
     overwrite: bool = False,
     limit: int | None = None,
     on_shard: Callable[[ShardInfo, bool], None] | None = None,
+    encoding: str = "utf-8",
+    on_start: Callable[[int], None] | None = None,
 ) -> Manifest:
     """Parse a corpus (one sentence per line) into a shard directory, resumably.
 
@@ -215,29 +220,40 @@ def parse_corpus(
         overwrite: replace a directory made from other input or options.
         limit: parse only the first ``limit`` lines (a different dataset from the full one).
         on_shard: progress callback ``(shard, skipped)``.
+        on_start: called with the sentences to parse once the input is checked, before the
+            parser loads (a progress display's first line).
+        encoding: of ``src`` and ``tgt`` (a dataset of its own: recorded in the manifest's
+            ``features`` when it is not UTF-8).
 
     Raises:
-        SyntaxInputError: bad input (located); FileExistsError: ``out`` holds another dataset.
+        SyntaxInputError: bad input (located); FileExistsError: ``out`` holds another dataset;
+        BadFile: a file that cannot be read, or is not text in ``encoding`` (with the number
+            of its first line that is not), named.
     """
     cfg = settings or ParserSettings()
     options = FeatureOptions(derived_scheme=cfg.derived_scheme)
-    n_src = count_lines(src)
-    if tgt is not None and (n_tgt := count_lines(tgt)) != n_src:
+    encoding = check_encoding(encoding)
+    n_src = count_lines(src, encoding)
+    if tgt is not None and (n_tgt := count_lines(tgt, encoding)) != n_src:
         raise SyntaxInputError(
             f"{n_src} source lines but {n_tgt} target lines in {tgt}", source=str(src)
         )
     total = n_src if limit is None else min(limit, n_src)
     if total == 0:
         raise SyntaxInputError("no sentences", source=str(src))
-    if (empty := first_empty_line(src, total)) is not None:  # before the model loads
+    if (empty := first_empty_line(src, total, encoding)) is not None:  # before the model loads
         raise SyntaxInputError(
             "empty line; remove it from both sides of the corpus", source=str(src), line=empty
         )
+    if on_start is not None:
+        on_start(total)
     parser = get_parser(backend, cfg)
     info = parser.info.model_copy()
     manifest = plan_manifest(src, tgt, out.name, info, options, rows_per_shard)
     if limit is not None:
         manifest.features = {**manifest.features, "limit": total}
+    if encoding != "utf-8":  # other text from the same bytes: another dataset
+        manifest.features = {**manifest.features, "encoding": encoding}
     writer = ShardWriter(out, manifest, overwrite=overwrite)
     n_shards = (total + rows_per_shard - 1) // rows_per_shard
     base = dict(
@@ -249,12 +265,13 @@ def parse_corpus(
         pretokenized=pretokenized,
         settings=cfg.model_dump(),
         features=options.model_dump(),
+        encoding=encoding,
     )
 
     def pending() -> Iterator[ShardJob]:
         """The shards still to parse, read from the input one shard at a time."""
-        tgt_chunks = _chunks(tgt, rows_per_shard) if tgt is not None else None
-        for index, lines in enumerate(_chunks(src, rows_per_shard)):
+        tgt_chunks = _chunks(tgt, rows_per_shard, encoding) if tgt is not None else None
+        for index, lines in enumerate(_chunks(src, rows_per_shard, encoding)):
             if index >= n_shards:
                 break
             tgt_lines = next(tgt_chunks) if tgt_chunks is not None else None

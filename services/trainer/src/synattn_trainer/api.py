@@ -181,16 +181,18 @@ def load(
         max_chars: characters one sentence may have (None: no limit).
 
     Raises:
-        FileNotFoundError: no such checkpoint (or vocabulary).
+        BadFile: (a ``ValueError``) the checkpoint or the vocabulary is not one, named: a
+            ``MissingFile``, also a ``FileNotFoundError``, when it does not exist.
         ParseMismatch: the recorded parser is not installed here, or differs (model or
             library version, constituency source, feature options); the message says which.
     """
+    from synattn_trainer.checkpoint import checkpoint_file_error
     from synattn_trainer.tokenizer import load_tokenizer
     from synattn_trainer.train import load_model
 
     path = Path(checkpoint)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such checkpoint")
+    if (bad := checkpoint_file_error(path)) is not None:
+        raise bad  # BadFile: a ValueError (MissingFile, also a FileNotFoundError)
     entry, raw_cfg = checkpoint_entries(path)
     record = parse_record(entry, (raw_cfg.get("data") or {}).get("train"), path)
     parser = cached_parser(record)  # before the weights: a refusal costs no model load

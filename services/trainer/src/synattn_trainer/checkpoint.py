@@ -11,9 +11,70 @@ import numpy as np
 import torch
 
 from synattn_shared.atomic import atomic_path
+from synattn_shared.errors import BadFile, file_error, first_sentence, one_line, path_problem
 
 CKPT_GLOB = "ckpt-*.pt"
 RESUME_NAME = "resume.pt"  # an unscheduled save (end of epoch between K-update saves, a stop)
+CHECKPOINT_FIX = "name a model file a synattn run saved (RUN/averaged.pt, best.pt or ckpt-*.pt)"
+MODEL_KEYS = ("model", "config", "vocab_size")  # what every saved model file holds
+
+
+def checkpoint_file_error(path: str | Path, key: str | None = None) -> BadFile | None:
+    """Why ``path`` cannot be a checkpoint before it is read (it does not exist, is a folder,
+    is empty or cannot be read), or None."""
+    problem = path_problem(path)
+    if problem == "does not exist":
+        return file_error(path, "no such checkpoint (the file does not exist)", CHECKPOINT_FIX,
+                          key=key)  # fmt: skip
+    if problem is None and Path(path).stat().st_size == 0:
+        problem = "is empty, not a checkpoint"
+    return None if problem is None else BadFile(path, problem, CHECKPOINT_FIX, key=key)
+
+
+def read_checkpoint(
+    path: str | Path,
+    map_location: str | torch.device | None = "cpu",
+    *,
+    mmap: bool = False,
+    key: str | None = None,
+) -> dict[str, Any]:
+    """A checkpoint's contents (``torch.load``), or ``BadFile`` naming the file: it does not
+    exist, is a folder or empty, cannot be read, is not a file torch saved (a truncated copy,
+    another format), or is not a synattn model file. ``mmap``: map its tensors rather than
+    read them (a file of torch's legacy format is read instead). ``key``: the setting or
+    option that named the file, for the message."""
+    bad = checkpoint_file_error(path, key)
+    if bad is not None:
+        raise bad
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if not head.startswith((b"PK\x03\x04", b"\x80")):  # a zip archive, or a legacy pickle
+        raise BadFile(
+            path, f"not a synattn checkpoint (not a file torch saved: it starts {head!r})",
+            CHECKPOINT_FIX, key=key,
+        )  # fmt: skip
+    try:
+        try:
+            state = torch.load(path, map_location=map_location, weights_only=False, mmap=mmap)
+        except RuntimeError:
+            if not mmap:
+                raise
+            # a file of the legacy (non-zip) format cannot be mapped
+            state = torch.load(path, map_location=map_location, weights_only=False)
+    except MemoryError:
+        raise
+    except Exception as exc:  # torch and pickle raise many kinds for a file that is not one
+        why = first_sentence(one_line(exc))[:200] or type(exc).__name__
+        raise BadFile(
+            path, f"not a synattn checkpoint (torch cannot load it: {why})", CHECKPOINT_FIX,
+            key=key,
+        ) from None  # fmt: skip
+    if not isinstance(state, dict) or any(k not in state for k in MODEL_KEYS):
+        raise BadFile(
+            path, "not a synattn checkpoint (a file torch saved, without a synattn model, "
+            "config and vocabulary size)", CHECKPOINT_FIX, key=key,
+        )  # fmt: skip
+    return state
 
 
 def rng_state() -> dict[str, Any]:

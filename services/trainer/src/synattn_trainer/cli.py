@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -18,25 +19,39 @@ if TYPE_CHECKING:  # torch is imported by the commands that train, not with the 
 
 
 def tokenizer_train(
-    data: Annotated[list[Path], typer.Option(help="parsed shard directories with a tgt column")],
+    data: Annotated[
+        list[Path], typer.Option(readable=False, help="parsed shard directories with a tgt column")
+    ],
     out: Annotated[Path, typer.Option(help="tokenizer.json to write")],
     vocab_size: Annotated[int, typer.Option(min=100)] = 8000,
 ) -> None:
     """Train the joint BPE vocabulary on source words and target text of the given shards."""
     from synattn_shared.manifest import write_json
+    from synattn_shared.progress import Progress
     from synattn_shared.shards import ShardDataset
     from synattn_trainer.tokenizer import train_tokenizer
 
     texts: list[str] = []
+    bar = Progress("tokenizer train", None, "rows read", rate_unit="rows", every=10.0)
     try:
-        for d in data:
-            for row in ShardDataset(d).iter_rows(columns=["words", "tgt"]):
+        sets = [ShardDataset(d) for d in data]
+        bar.set_total(sum(len(ds) for ds in sets))
+        for ds in sets:
+            rows = 0
+            for row in ds.iter_rows(columns=["words", "tgt"]):
                 texts.append(" ".join(row["words"]))
                 if row["tgt"] is not None:
                     texts.append(row["tgt"])
+                rows += 1
+                if rows % 5000 == 0:
+                    bar.advance(5000)
+            bar.advance(rows % 5000)
     except (FileNotFoundError, ValueError) as exc:
+        bar.close(finished=False)
         raise fail(str(exc)) from None
-    tok = train_tokenizer(texts, vocab_size)
+    bar.close()
+    bar.say(f"tokenizer: learning {vocab_size:,} BPE subwords from {len(texts):,} texts")
+    tok = train_tokenizer(texts, vocab_size, show_progress=not bar.lines)
     atomic_write_with(out, lambda tmp: tok.save(str(tmp)))
     write_json(
         out.with_suffix(".meta.json"),
@@ -46,7 +61,7 @@ def tokenizer_train(
 
 
 def train(
-    config: Annotated[Path, typer.Argument(help="training config (YAML)")],
+    config: Annotated[Path, typer.Argument(readable=False, help="training config (YAML)")],
     out: Annotated[Path, typer.Option(help="run directory (resumes when it has checkpoints)")],
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="override: key.path=value")
@@ -74,17 +89,31 @@ def train(
             raise fail(f"--set {item!r}: expected key.path=value")
         key, value = item.split("=", 1)
         overrides[key] = yaml.safe_load(value)
-    if not config.is_file():
-        raise fail(f"{config}: no such file")
+    from synattn_shared.cli import cli_path_problem
+
+    if (problem := cli_path_problem(config)) is not None:
+        raise fail(f"{config}: {problem}")
     try:
         cfg = load_config(config, overrides)
-    except (ValidationError, ValueError) as exc:
+    except (ValidationError, ValueError, OSError) as exc:
+        said = one_line(exc)  # load_config's own messages name the file already
+        raise fail(said if said.startswith(f"{config.name}:") else f"{config}: {said}") from None
+    from synattn_trainer.preflight import check_config_files
+
+    try:  # every file the config names, before a model is built
+        check_config_files(cfg, config, overrides)
+    except ValueError as exc:
         raise fail(f"{config}: {one_line(exc)}") from None
     try:
         trainer = Trainer(cfg, out, limit=limit, loader_workers=loader_workers)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
-    result = trainer.train()
+    from synattn_trainer.plugins import PluginMismatch
+
+    try:
+        result = trainer.train()
+    except PluginMismatch as exc:  # resuming a run made with another plugin version
+        raise fail(str(exc)) from None
     console.print(
         f"{out}: stopped ({result.stopped}) at update {result.update}, epoch {result.epoch}; "
         f"best epoch-end valid loss {result.best_valid_loss:.4f}{_best_checkpoint_note(result)}; "
@@ -105,9 +134,10 @@ def _best_checkpoint_note(result: TrainResult) -> str:
 
 
 def translate(
-    checkpoint: Annotated[Path, typer.Option(help="checkpoint or averaged.pt")],
+    checkpoint: Annotated[Path, typer.Option(readable=False, help="checkpoint or averaged.pt")],
     data: Annotated[
-        Path | None, typer.Option(help="parsed shard directory (source side) to translate")
+        Path | None,
+        typer.Option(readable=False, help="parsed shard directory (source side) to translate"),
     ] = None,
     text: Annotated[
         str | None,
@@ -116,13 +146,17 @@ def translate(
     input_: Annotated[
         Path | None,
         typer.Option(
-            "--input", help="plain-text file of raw sentences, one per line ('-': stdin)"
+            "--input",
+            readable=False,
+            help="plain-text file of raw sentences, one per line ('-': stdin)",
         ),
     ] = None,
     out: Annotated[
         Path | None, typer.Option(help="file for the translations (default: printed)")
     ] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="default: the config's tokenizer")] = None,
+    tokenizer: Annotated[
+        Path | None, typer.Option(readable=False, help="default: the config's tokenizer")
+    ] = None,
     beam: Annotated[int | None, typer.Option(min=1)] = None,
     lenpen: Annotated[float | None, typer.Option()] = None,
     ablate: Annotated[
@@ -152,12 +186,22 @@ def translate(
     if data is not None:
         if text is not None or input_ is not None:
             raise fail("give --data, --text or --input, not several")
+        from synattn_shared.progress import Progress
         from synattn_trainer.inference import translate_split
 
+        bar = Progress(f"translate {data.name}", None, "sentences", rate_unit="sent")
+
+        def on_batch(n: int, total: int) -> None:
+            if bar.total is None:
+                bar.set_total(total)
+            bar.advance(n)
+
         try:
-            hyps = translate_split(checkpoint, data, tokenizer, beam, lenpen, ablate)
+            hyps = translate_split(checkpoint, data, tokenizer, beam, lenpen, ablate, on_batch)
         except (FileNotFoundError, ValueError) as exc:
+            bar.close(finished=False)
             raise fail(str(exc)) from None
+        bar.close()
         if out is None:
             _print_lines(hyps)
             return
@@ -195,13 +239,15 @@ def _translate_raw(
     import sys
     from collections.abc import Iterable
 
+    from synattn_shared.cli import cli_path_problem
     from synattn_shared.errors import SyntaxInputError
+    from synattn_shared.progress import Progress
     from synattn_trainer.rawtext import numbered_chunks
 
     if text is not None and input_ is not None:
         raise fail("give --text or --input, not both")
-    if input_ is not None and str(input_) != "-" and not input_.is_file():
-        raise fail(f"{input_}: no such file")
+    if input_ is not None and str(input_) != "-" and (problem := cli_path_problem(input_)):
+        raise fail(f"{input_}: {problem}")
     try:
         from synattn_trainer.api import load
 
@@ -223,11 +269,22 @@ def _translate_raw(
             assert input_ is not None
             source = str(input_)
             lines = stack.enter_context(open(input_, encoding="utf-8", errors="strict"))
+        # progress on stderr for a file or piped lines, unless the translations themselves
+        # stream to a terminal (--text is a few sentences, a person typing sees each answer)
+        bar = None
+        typed = from_stdin and sys.stdin.isatty()
+        if text is None and not typed and (out is not None or not sys.stdout.isatty()):
+            total = None if from_stdin or input_ is None else _count_lines(input_)
+            bar = stack.enter_context(
+                Progress(f"translate {source}", total, "sentences", rate_unit="sent")
+            )
         try:
             for first, chunk in numbered_chunks(lines, batch_lines, max_lines, source):
                 hyps = model.translate(
                     chunk, beam=beam, lenpen=lenpen, first_line=first, source=source
                 )
+                if bar is not None:
+                    bar.advance(len(chunk))
                 if out is None:
                     _print_lines(hyps)
                 else:
@@ -235,26 +292,46 @@ def _translate_raw(
         except SyntaxInputError as exc:
             raise fail(str(exc)) from None
         except UnicodeDecodeError as exc:
+            if input_ is not None and not from_stdin:  # the file's line that does not decode
+                from synattn_shared.textfile import undecodable
+
+                raise fail(one_line(undecodable(input_))) from None
             raise fail(f"{source}: not UTF-8 text ({exc.reason})") from None
     if out is not None:
         atomic_write_text(out, "".join(h + "\n" for h in done))
         err.print(f"{out}: {len(done)} translations")
 
 
-def _lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise fail(f"{path}: no such file")
-    import gzip
+def _count_lines(path: Path) -> int | None:
+    """Lines of a text file (None when it cannot be read: translating says why)."""
+    try:
+        with open(path, "rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return None
 
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return [line.rstrip("\n") for line in fh]
+
+def _lines(path: Path) -> list[str]:
+    """The lines of a text file (``.gz`` allowed), or the one line that says why not."""
+    from synattn_shared.cli import cli_path_problem
+    from synattn_shared.textfile import read_lines
+
+    if (problem := cli_path_problem(path)) is not None:
+        raise fail(f"{path}: {problem}")
+    try:
+        return read_lines(path, fix="give a text file of one sentence per line (.gz allowed)")
+    except ValueError as exc:
+        raise fail(one_line(exc)) from None
 
 
 def evaluate(
-    hyp: Annotated[Path, typer.Option(help="system output, one sentence per line")],
-    ref: Annotated[Path, typer.Option(help="references (.gz allowed)")],
-    baseline: Annotated[Path | None, typer.Option(help="another system: paired bootstrap")] = None,
+    hyp: Annotated[
+        Path, typer.Option(readable=False, help="system output, one sentence per line")
+    ],
+    ref: Annotated[Path, typer.Option(readable=False, help="references (.gz allowed)")],
+    baseline: Annotated[
+        Path | None, typer.Option(readable=False, help="another system: paired bootstrap")
+    ] = None,
     bins: Annotated[
         str, typer.Option(help="length bins: seed ([0,10)...[50,inf)) or multi30k")
     ] = "seed",
@@ -319,9 +396,10 @@ def evaluate(
 
 
 def score(
-    checkpoint: Annotated[Path, typer.Option(help="checkpoint or averaged.pt")],
+    checkpoint: Annotated[Path, typer.Option(readable=False, help="checkpoint or averaged.pt")],
     data: Annotated[
-        Path, typer.Option(help="parsed shard directory with the translations as tgt")
+        Path,
+        typer.Option(readable=False, help="parsed shard directory with the translations as tgt"),
     ],
     out: Annotated[Path | None, typer.Option(help="write one log-probability per line")] = None,
 ) -> None:
@@ -341,21 +419,39 @@ def score(
 
 
 def plot_gates(
-    run: Annotated[Path, typer.Argument(help="run directory (metrics.jsonl)")],
+    run: Annotated[Path, typer.Argument(readable=False, help="run directory (metrics.jsonl)")],
     out: Annotated[Path | None, typer.Option(help="PNG (default: RUN/plots/gates.png)")] = None,
 ) -> None:
     """Gate heatmap (layers x heads) of a gated variant's last logged values."""
     from synattn_trainer.plots import gate_heatmap
 
-    try:
-        path = gate_heatmap(run / "metrics.jsonl", out or run / "plots" / "gates.png")
-    except (FileNotFoundError, ValueError) as exc:
-        raise fail(str(exc)) from None
+    metrics = run / "metrics.jsonl"
+    path = _from_metrics(
+        metrics, lambda: gate_heatmap(metrics, out or run / "plots" / "gates.png")
+    )
     console.print(str(path))
 
 
+def _from_metrics(metrics: Path, draw: Callable[[], Path]) -> Path:
+    """``draw()``, a figure of a run's ``metrics.jsonl``, or the one line that says why the
+    file cannot give it (missing, not UTF-8, a line that is not JSON, nothing to draw)."""
+    from synattn_shared.cli import cli_path_problem
+    from synattn_shared.textfile import undecodable
+
+    if (problem := cli_path_problem(metrics)) is not None:
+        raise fail(f"{metrics}: {problem} (a run directory's log of `synattn train`)")
+    try:
+        return draw()
+    except UnicodeDecodeError:
+        raise fail(one_line(undecodable(metrics))) from None
+    except json.JSONDecodeError as exc:
+        raise fail(f"{metrics}:{exc.lineno}: not a line of JSON ({exc.msg})") from None
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+
+
 def plot_labels(
-    run: Annotated[Path, typer.Argument(help="run directory (metrics.jsonl)")],
+    run: Annotated[Path, typer.Argument(readable=False, help="run directory (metrics.jsonl)")],
     out: Annotated[
         Path | None, typer.Option(help="PNG (default: RUN/plots/rhe-labels.png)")
     ] = None,
@@ -363,16 +459,16 @@ def plot_labels(
     """RHE head-label history over training."""
     from synattn_trainer.plots import label_history
 
-    try:
-        path = label_history(run / "metrics.jsonl", out or run / "plots" / "rhe-labels.png")
-    except (FileNotFoundError, ValueError) as exc:
-        raise fail(str(exc)) from None
+    metrics = run / "metrics.jsonl"
+    path = _from_metrics(
+        metrics, lambda: label_history(metrics, out or run / "plots" / "rhe-labels.png")
+    )
     console.print(str(path))
 
 
 def plot_attention(
-    checkpoint: Annotated[Path, typer.Option(help="checkpoint or averaged.pt")],
-    data: Annotated[Path, typer.Option(help="parsed shard directory")],
+    checkpoint: Annotated[Path, typer.Option(readable=False, help="checkpoint or averaged.pt")],
+    data: Annotated[Path, typer.Option(readable=False, help="parsed shard directory")],
     out: Annotated[Path, typer.Option(help="PNG to write")],
     row: Annotated[int, typer.Option(min=0)] = 0,
     kind: Annotated[str, typer.Option(help="enc_self | dec_self | enc_dec")] = "enc_self",
@@ -389,8 +485,8 @@ def plot_attention(
 
 
 def attention(
-    checkpoint: Annotated[Path, typer.Option(help="checkpoint or averaged.pt")],
-    data: Annotated[Path, typer.Option(help="parsed shard directory")],
+    checkpoint: Annotated[Path, typer.Option(readable=False, help="checkpoint or averaged.pt")],
+    data: Annotated[Path, typer.Option(readable=False, help="parsed shard directory")],
     out: Annotated[Path, typer.Option(help=".npz to write")],
     row: Annotated[int, typer.Option(min=0)] = 0,
 ) -> None:
@@ -407,10 +503,14 @@ def attention(
 
 
 def analyze(
-    checkpoint: Annotated[Path, typer.Argument(help="checkpoint or averaged.pt")],
-    dev: Annotated[Path, typer.Option(help="parsed dev split (importance, confidence)")],
+    checkpoint: Annotated[Path, typer.Argument(readable=False, help="checkpoint or averaged.pt")],
+    dev: Annotated[
+        Path, typer.Option(readable=False, help="parsed dev split (importance, confidence)")
+    ],
     out: Annotated[Path, typer.Option(help="directory for analysis.json and PNGs")],
-    test: Annotated[Path | None, typer.Option(help="parsed test split: masking curves")] = None,
+    test: Annotated[
+        Path | None, typer.Option(readable=False, help="parsed test split: masking curves")
+    ] = None,
     test_limit: Annotated[int | None, typer.Option(min=1)] = None,
     groups: Annotated[int, typer.Option(min=2)] = 8,
     normalize: Annotated[bool, typer.Option(help="rank by layer-normalised importance")] = False,
@@ -420,9 +520,10 @@ def analyze(
 ) -> None:
     """Head importance, confidence, masking curves and figures of a trained model."""
     from synattn_trainer.analysis import analyze as run
+    from synattn_trainer.checkpoint import checkpoint_file_error
 
-    if not checkpoint.is_file():
-        raise fail(f"{checkpoint}: no such checkpoint")
+    if (bad := checkpoint_file_error(checkpoint)) is not None:
+        raise fail(one_line(bad))
     try:
         result = run(checkpoint, dev, out, test, test_limit, groups, normalize, ablate)
     except (FileNotFoundError, ValueError) as exc:
@@ -449,3 +550,6 @@ def register(app: typer.Typer) -> None:
     plot_app.command("labels")(plot_labels)
     plot_app.command("attention")(plot_attention)
     app.add_typer(plot_app, name="plot")
+    from synattn_trainer.variants_cli import register as register_variants
+
+    register_variants(app)  # synattn variants list | check

@@ -329,7 +329,10 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise ValueError(f"{p.name}: not valid YAML{where}") from None
     except UnicodeDecodeError:
-        raise ValueError(f"{p.name}: not UTF-8 text") from None
+        from synattn_shared.textfile import undecodable
+
+        bad = undecodable(p)  # the line, and the byte that does not decode
+        raise ValueError(f"{p.name}:{bad.line}: {bad.problem}; {bad.fix}") from None
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ValueError(f"{p.name}: a config is a mapping, not a {type(raw).__name__}")
@@ -340,6 +343,9 @@ def resolve_config(
     raw: dict[str, Any], base: Path, overrides: dict[str, Any] | None = None
 ) -> TrainConfig:
     """The configuration of a raw mapping plus overrides; relative data paths against ``base``."""
+    from synattn_trainer.plugins import load_plugins
+
+    load_plugins()  # a broken or clashing plugin install: its own line, before pydantic's
     raw = copy.deepcopy(raw)
     for key, value in (overrides or {}).items():
         if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
@@ -363,4 +369,53 @@ def resolve_config(
         for key in ("train", "valid", "test", "tokenizer"):
             if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
                 data[key] = str((base / data[key]).resolve())
+    refuse_misspelled(raw)
     return TrainConfig.model_validate(raw)
+
+
+def misspelled(raw: dict[str, Any]) -> list[tuple[tuple[str, ...], list[str]]]:
+    """The keys of a raw config (top level and one section down) that no setting has but that
+    are close to one (``train.max_update``: ``max_updates``), with their close matches."""
+    import difflib
+
+    def close(key: object, names: list[str]) -> list[str]:
+        return difflib.get_close_matches(str(key), names, n=3, cutoff=0.75)
+
+    top = [*TrainConfig.model_fields, "preset"]
+    found: list[tuple[tuple[str, ...], list[str]]] = []
+    for key, value in raw.items():
+        field = TrainConfig.model_fields.get(key)
+        if field is None:
+            if key != "preset" and (near := close(key, top)):
+                found.append(((str(key),), near))
+            continue
+        model = field.annotation
+        if isinstance(value, dict) and isinstance(model, type) and issubclass(model, BaseModel):
+            names = list(model.model_fields)
+            for sub in value:
+                if sub not in model.model_fields and (near := close(sub, names)):
+                    found.append(((key, str(sub)), near))
+    return found
+
+
+def refuse_misspelled(raw: dict[str, Any]) -> None:
+    """pydantic's refusal of an unknown key (``Extra inputs are not permitted``) with the
+    setting it is close to, for every misspelled key (``misspelled``); nothing when there is
+    none (an unknown key close to no setting is left to pydantic's own error)."""
+    found = misspelled(raw)
+    if not found:
+        return
+    from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+    details = []
+    for loc, near in found:
+        error = PydanticCustomError(
+            "extra_forbidden",
+            "Extra inputs are not permitted; close matches: {near}",
+            {"near": ", ".join(".".join([*loc[:-1], n]) for n in near)},
+        )
+        node: Any = raw
+        for part in loc:
+            node = node.get(part) if isinstance(node, dict) else None
+        details.append(InitErrorDetails(type=error, loc=loc, input=node))
+    raise ValidationError.from_exception_data(TrainConfig.__name__, details)

@@ -17,6 +17,8 @@ from synattn_trainer.model import Encoded, Transformer, reorder_cache
 from synattn_trainer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tokenizers import Tokenizer
 
     from synattn_trainer.config import DecodeConfig
@@ -211,12 +213,14 @@ def translate_corpus(
     lenpen: float | None = None,
     limit: int | None = None,
     device: torch.device | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> list[str]:
     """The one translate loop: beam search over a corpus in batches of
     ``settings.batch_sentences``, detokenised, in row order (``beam``/``lenpen`` override the
     config's). Batches are made of sentences of similar source length (as ``fairseq-generate``
     makes them), so little of a batch is padding and its sentences finish at similar steps.
-    The model is left in eval mode; callers that train restore train mode."""
+    ``on_batch(sentences, total)`` is called after each batch (progress). The model is left in
+    eval mode; callers that train restore train mode."""
     from synattn_trainer.data import make_batch
     from synattn_trainer.tokenizer import decode
 
@@ -237,4 +241,6 @@ def translate_corpus(
         )  # fmt: skip
         for i, hyp in zip(index, out, strict=True):
             ids[i] = hyp
+        if on_batch is not None:
+            on_batch(len(index), n)
     return decode(tok, ids)

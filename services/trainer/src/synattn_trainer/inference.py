@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from synattn_trainer.checkpoint import checkpoint_file_error
 from synattn_trainer.data import load_corpus, make_batch
 from synattn_trainer.decode import forced_scores, translate_corpus
 from synattn_trainer.tokenizer import load_tokenizer
@@ -26,11 +27,13 @@ def translate_split(
     beam: int | None = None,
     lenpen: float | None = None,
     ablate: Sequence[int] = (),
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> list[str]:
     """Beam-search translations of every row of ``data`` (in row order); ``ablate``: fixed
-    heads switched off for this run only (the fixed-pattern paper's test-time ablation)."""
-    if not checkpoint.is_file():
-        raise FileNotFoundError(f"{checkpoint}: no such checkpoint")
+    heads switched off for this run only (the fixed-pattern paper's test-time ablation);
+    ``on_batch(sentences, total)`` after each batch (progress)."""
+    if (bad := checkpoint_file_error(checkpoint)) is not None:
+        raise bad
     device = _device()
     model, cfg = load_model(checkpoint, device)
     model.eval()
@@ -38,14 +41,15 @@ def translate_split(
     tok = load_tokenizer(tokenizer or cfg.data.tokenizer)
     corpus = load_corpus(data, tok, require_tgt=False, source_eos=cfg.data.source_eos)
     return translate_corpus(
-        model, corpus, tok, cfg.decode, beam=beam, lenpen=lenpen, device=device
-    )
+        model, corpus, tok, cfg.decode, beam=beam, lenpen=lenpen, device=device,
+        on_batch=on_batch,
+    )  # fmt: skip
 
 
 def score_split(checkpoint: Path, data: Path) -> list[float]:
     """Forced-decoding log-probability of each row's ``tgt`` given its source."""
-    if not checkpoint.is_file():
-        raise FileNotFoundError(f"{checkpoint}: no such checkpoint")
+    if (bad := checkpoint_file_error(checkpoint)) is not None:
+        raise bad
     device = _device()
     model, cfg = load_model(checkpoint, device)
     tok = load_tokenizer(cfg.data.tokenizer)
@@ -69,8 +73,8 @@ def applied_attention(
     this (never a recomputed softmax: a variant that replaces attention reports its own)."""
     from synattn_trainer.explorer import row_attention
 
-    if not checkpoint.is_file():
-        raise FileNotFoundError(f"{checkpoint}: no such checkpoint")
+    if (bad := checkpoint_file_error(checkpoint)) is not None:
+        raise bad
     model, cfg = load_model(checkpoint)
     model.eval()
     tok = load_tokenizer(cfg.data.tokenizer)

@@ -18,6 +18,8 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, cast
 
+from synattn_trainer.plugins import PluginAware
+
 ENC_L0 = {"layers": [0]}
 ALL_TYPES = ("enc_self", "dec_self", "enc_dec")
 NO_SOURCE_EOS = {"data": {"source_eos": False}}
@@ -108,14 +110,17 @@ DIVERSITY: dict[str, dict[str, Any]] = {
     },
 }
 
-VARIANTS: dict[str, dict[str, Any]] = {
-    "vanilla": {},
-    **RHE_SEA,
-    **FIXED_PATTERNS,
-    **HEADMASK,
-    **GATED_SLR,
-    **DIVERSITY,
-}
+# the built-ins; a look-up also sees the installed plugins' presets (synattn_trainer.plugins)
+VARIANTS: dict[str, dict[str, Any]] = PluginAware(
+    {
+        "vanilla": {},
+        **RHE_SEA,
+        **FIXED_PATTERNS,
+        **HEADMASK,
+        **GATED_SLR,
+        **DIVERSITY,
+    }
+)
 
 
 def merge(base: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
@@ -143,7 +148,7 @@ class Paper:
 
 TRANSFORMER = Paper("Vaswani et al. 2017", "Transformer", "Attention Is All You Need")
 PAPERS: tuple[tuple[Paper, dict[str, dict[str, Any]]], ...] = (
-    (TRANSFORMER, {"vanilla": VARIANTS["vanilla"]}),
+    (TRANSFORMER, {"vanilla": dict.__getitem__(VARIANTS, "vanilla")}),  # no plugin look-up
     (
         Paper("Zhang et al. 2021", "RHE + SEA",
               "Enlivening Redundant Heads in Multi-head Self-attention for Machine Translation"),
@@ -171,6 +176,9 @@ PAPERS: tuple[tuple[Paper, dict[str, dict[str, Any]]], ...] = (
 )  # fmt: skip
 """Each preset group with the paper whose tables it follows (in ``VARIANTS``' order)."""
 
+PLUGIN_PAPERS: list[tuple[Paper, dict[str, dict[str, Any]]]] = []
+"""The installed plugins' preset groups, each with the paper its plugin names (or the plugin)."""
+
 NOTES: dict[str, str] = {
     "rel_pos": "the paper's baseline: Shaw et al. 2018",
     "localness": "the paper's baseline: Yang et al. 2018",
@@ -184,7 +192,9 @@ NOTES: dict[str, str] = {
 
 def paper_of(name: str) -> Paper:
     """The paper preset ``name`` follows (``KeyError`` for an unknown name)."""
-    for paper, group in PAPERS:
+    if name not in VARIANTS:  # a look-up: the plugins' groups are in PLUGIN_PAPERS after it
+        raise KeyError(name)
+    for paper, group in (*PAPERS, *PLUGIN_PAPERS):
         if name in group:
             return paper
     raise KeyError(name)
@@ -199,7 +209,11 @@ def summary(name: str) -> str:
     parts = [f"{'/'.join(ks)}: {specs}" for specs, ks in kinds.items()]
     parts += [f"{k}={_value_text(v)}" for k, v in _leaves(fragment) if k != "attention"]
     text = "; ".join(parts) or "nothing: the plain Transformer"
-    return f"{text} ({NOTES[name]})" if name in NOTES else text
+    from synattn_trainer.plugins import preset_owner
+
+    plugin = preset_owner(name)
+    note = NOTES.get(name) or (f"from {plugin.label()}" if plugin else None)
+    return f"{text} ({note})" if note else text
 
 
 def _spec_text(spec: dict[str, Any]) -> str:
@@ -245,11 +259,17 @@ class PresetError(ValueError):
         self.reason = reason
 
 
-def unknown_preset(name: str) -> str:
-    """Why ``name`` is refused, with the presets it is close to (case aside)."""
+def close_presets(name: str) -> str:
+    """``close matches: a, b`` of the presets ``name`` is close to (case aside), or ``none is
+    close``."""
     lower = {v.lower(): v for v in VARIANTS}
     close = [lower[c] for c in difflib.get_close_matches(name.lower(), lower, n=4, cutoff=0.6)]
-    hint = f"close matches: {', '.join(close)}" if close else "none is close"
+    return f"close matches: {', '.join(close)}" if close else "none is close"
+
+
+def unknown_preset(name: str) -> str:
+    """Why ``name`` is refused, with the presets it is close to (case aside)."""
+    hint = close_presets(name)
     return f"unknown preset {name!r}; {hint} (synattn presets lists all {len(VARIANTS)})"
 
 

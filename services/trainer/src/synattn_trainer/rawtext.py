@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from synattn_shared.errors import SyntaxInputError
+from synattn_shared.errors import BadFile, SyntaxInputError
 from synattn_shared.manifest import ParserInfo, load_manifest
 from synattn_shared.schema import SCHEMA_VERSION
 
@@ -116,20 +116,16 @@ def checkpoint_entries(checkpoint: Path) -> tuple[Any, dict[str, Any]]:
     loading its tensors (memory-mapped).
 
     Raises:
-        ValueError: the file is not a synattn checkpoint.
+        BadFile: the file is not a synattn checkpoint (a ``ValueError``).
     """
-    import pickle
+    from synattn_trainer.checkpoint import CHECKPOINT_FIX, read_checkpoint
 
-    import torch
-
+    state = read_checkpoint(checkpoint, "cpu", mmap=True)
     try:
-        try:
-            state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
-        except RuntimeError:  # a file of the legacy (non-zip) format cannot be mapped
-            state = torch.load(checkpoint, map_location="cpu", weights_only=False)
         return state.get(PARSE_KEY), dict(state["config"])
-    except (RuntimeError, pickle.UnpicklingError, EOFError, KeyError, TypeError, AttributeError):
-        raise ValueError(f"{checkpoint}: not a synattn checkpoint") from None
+    except (TypeError, ValueError):
+        raise BadFile(checkpoint, "not a synattn checkpoint (its config is not a mapping)",
+                      CHECKPOINT_FIX) from None  # fmt: skip
 
 
 def parse_record(

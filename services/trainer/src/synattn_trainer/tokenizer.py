@@ -12,29 +12,57 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from synattn_shared.errors import BadFile, one_line, path_problem
+
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000) -> Tokenizer:
-    """A cased joint BPE vocabulary over source and target text, specials first (ids 0-3)."""
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 8000, show_progress: bool = False
+) -> Tokenizer:
+    """A cased joint BPE vocabulary over source and target text, specials first (ids 0-3);
+    ``show_progress``: the tokenizers library's own bars on stderr (a terminal's)."""
     tok = Tokenizer(models.BPE(unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIALS, min_frequency=2, show_progress=False
-    )
+        vocab_size=vocab_size, special_tokens=SPECIALS, min_frequency=2,
+        show_progress=show_progress,
+    )  # fmt: skip
     tok.train_from_iterator(texts, trainer=trainer)
     return tok
 
 
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Load ``tokenizer.json`` and check the special ids this package assumes."""
-    tok = Tokenizer.from_file(str(path))
+TOKENIZER_FIX = "name the tokenizer.json that `synattn tokenizer train` wrote"
+
+
+def load_tokenizer(path: str | Path, key: str | None = None) -> Tokenizer:
+    """Load ``tokenizer.json`` and check the special ids this package assumes.
+
+    Raises:
+        BadFile: the file does not exist, is a folder, cannot be read, is not a tokenizers
+            JSON file, or has other special ids; the message names the file (and ``key``,
+            the setting that named it).
+    """
+    problem = path_problem(path)
+    if problem is not None:
+        raise BadFile(path, problem, TOKENIZER_FIX, key=key)
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the library raises a bare Exception with serde's message
+        why = one_line(exc) or type(exc).__name__
+        raise BadFile(
+            path, f"not a tokenizer (the tokenizers library cannot load it: {why})",
+            TOKENIZER_FIX, key=key,
+        ) from None  # fmt: skip
     for expected, token in enumerate(SPECIALS):
         if tok.token_to_id(token) != expected:
-            raise ValueError(f"{path}: {token} must have id {expected}")
+            raise BadFile(
+                path, f"not a synattn tokenizer: {token} must have id {expected}",
+                TOKENIZER_FIX, key=key,
+            )  # fmt: skip
     return tok
 
 

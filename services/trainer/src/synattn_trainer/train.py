@@ -38,6 +38,7 @@ from synattn_trainer.data import (
 )
 from synattn_trainer.dropout import use_fast as use_fast_dropout
 from synattn_trainer.model import Transformer, count_parameters, use_cudnn_attention
+from synattn_trainer.plugins import PLUGINS_KEY, check_recorded, record
 from synattn_trainer.prefetch import BatchPrefetcher, read_ahead
 from synattn_trainer.rawtext import PARSE_KEY, training_parse
 from synattn_trainer.tokenizer import PAD_ID, load_tokenizer
@@ -273,6 +274,7 @@ class Trainer:
         )
         self.valid_data = load_corpus(cfg.data.valid, self.tok, source_eos=eos, mapped=mapped)
         self.parse_source = training_parse(cfg.data.train)  # what raw text must be parsed with
+        self.plugins = record(cfg)  # the plugins its variants come from: name, version, source
         self.model = Transformer(cfg, self.tok.get_vocab_size()).to(device)
         self.model.state.max_updates = cfg.train.max_updates  # pre-warm-up fractions
         self.requests = self.model.feature_requests()
@@ -345,6 +347,7 @@ class Trainer:
             "config": self.cfg.model_dump(mode="json"),
             "vocab_size": self.tok.get_vocab_size(),
             PARSE_KEY: self.parse_source,
+            PLUGINS_KEY: self.plugins,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -392,7 +395,9 @@ class Trainer:
         last = ck.resume_point(self.ckpt_dir)
         if last is None:
             return False
-        self.load_state_dict(torch.load(last, map_location=self.device, weights_only=False))
+        state = torch.load(last, map_location=self.device, weights_only=False)
+        check_recorded(state.get(PLUGINS_KEY), f"checkpoint {last}")  # never another method
+        self.load_state_dict(state)
         return True
 
     # ---------------------------------------------------------------- logging
@@ -835,6 +840,7 @@ class Trainer:
             "selection": kind,
             "updates": updates,
             PARSE_KEY: self.parse_source,
+            PLUGINS_KEY: self.plugins,
         }
         target = self.out / FINAL_NAMES[kind]
         ck.atomic_save(state, target)
@@ -844,8 +850,13 @@ class Trainer:
 def load_model(
     path: str | Path, device: torch.device | None = None
 ) -> tuple[Transformer, TrainConfig]:
-    """A model from a checkpoint or an averaged file, in eval mode."""
-    state = torch.load(path, map_location=device or "cpu", weights_only=False)
+    """A model from a checkpoint or an averaged file, in eval mode.
+
+    Raises:
+        BadFile: ``path`` is not a synattn model file (``checkpoint.read_checkpoint``).
+    """
+    state = ck.read_checkpoint(path, device or "cpu")
+    check_recorded(state.get(PLUGINS_KEY), f"checkpoint {path}")
     cfg = TrainConfig.model_validate(state["config"])
     model = Transformer(cfg, state["vocab_size"])
     model.load_state_dict(state["model"])

@@ -15,6 +15,7 @@ from synattn_shared.defaults import LP_OUTSIDE, RP_CLIP, SLA_M, SLR_TAU
 from synattn_shared.errors import validation_line
 from synattn_shared.syntax.phrase import LpOutside
 from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
+from synattn_trainer.plugins import PluginAware
 
 Heads = list[int] | Literal["all"]
 
@@ -234,21 +235,24 @@ class RoutingConfig(VariantConfig):
         return frozenset({"aggregation"})
 
 
-OPTIONS: dict[str, type[VariantConfig]] = {
-    "vanilla": VanillaConfig,
-    "dea": DeaConfig,
-    "lpea": LpeaConfig,
-    "rel_pos": RelPosConfig,
-    "localness": LocalnessConfig,
-    "slr": SlrConfig,
-    "rhe": RheConfig,
-    "lisa": LisaConfig,
-    "pascal": PascalConfig,
-    "sla": SlaConfig,
-    "fixed": FixedConfig,
-    "disagreement": DisagreementConfig,
-    "routing": RoutingConfig,
-}
+# the built-ins; a look-up also sees the installed plugins' variants (synattn_trainer.plugins)
+OPTIONS: dict[str, type[VariantConfig]] = PluginAware(
+    {
+        "vanilla": VanillaConfig,
+        "dea": DeaConfig,
+        "lpea": LpeaConfig,
+        "rel_pos": RelPosConfig,
+        "localness": LocalnessConfig,
+        "slr": SlrConfig,
+        "rhe": RheConfig,
+        "lisa": LisaConfig,
+        "pascal": PascalConfig,
+        "sla": SlaConfig,
+        "fixed": FixedConfig,
+        "disagreement": DisagreementConfig,
+        "routing": RoutingConfig,
+    }
+)
 
 
 def variant_options(
@@ -282,6 +286,8 @@ def unknown_variant(name: str) -> str:
     why = f"unknown attention variant {name!r}; known: {', '.join(OPTIONS)}"
     if name in VARIANTS:
         why += f"; {name!r} is a preset: write `preset: {name}` at the top of the config"
+    else:  # a plugin's variant, where that plugin is not installed (docs/plugins.md)
+        why += "; a plugin's variant needs its plugin installed (synattn variants list)"
     return why
 
 

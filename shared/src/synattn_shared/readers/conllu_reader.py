@@ -10,6 +10,7 @@ import conllu
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.records import SentenceRecord
 from synattn_shared.syntax.dependency import validate_heads
+from synattn_shared.textfile import read_text
 
 
 def _blocks(text: str) -> Iterator[tuple[int, list[str]]]:
@@ -125,7 +126,11 @@ def read_conllu_text(text: str, source: str = "<string>") -> Iterator[SentenceRe
         )
 
 
+CONLLU_FIX = "give a CoNLL-U file as UTF-8 text (.conllu)"
+
+
 def read_conllu(path: str | Path) -> Iterator[SentenceRecord]:
-    """Records from a CoNLL-U file."""
+    """Records from a CoNLL-U file; ``BadFile`` names a file that cannot be read or is not
+    UTF-8 (with its line)."""
     p = Path(path)
-    return read_conllu_text(p.read_text(encoding="utf-8"), source=str(p))
+    return read_conllu_text(read_text(p, fix=CONLLU_FIX), source=str(p))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.records import SentenceRecord
 from synattn_shared.syntax.trees import bracket, normalise_tree
+from synattn_shared.textfile import read_text
 
 if TYPE_CHECKING:  # nltk loads scipy.stats (1-2 s): imported where a tree is built
     import nltk
@@ -98,7 +99,11 @@ def read_ptb_text(text: str, source: str = "<string>") -> Iterator[SentenceRecor
         )
 
 
+TREES_FIX = "give Penn Treebank bracketed trees as UTF-8 text (.mrg)"
+
+
 def read_ptb(path: str | Path) -> Iterator[SentenceRecord]:
-    """Records from a PTB bracketed file (one or more trees, any line layout)."""
+    """Records from a PTB bracketed file (one or more trees, any line layout); ``BadFile``
+    names a file that cannot be read or is not UTF-8 (with its line)."""
     p = Path(path)
-    return read_ptb_text(p.read_text(encoding="utf-8"), source=str(p))
+    return read_ptb_text(read_text(p, fix=TREES_FIX), source=str(p))

@@ -10,6 +10,7 @@ const streams = new Map(); // job id -> AbortController of its event stream
 let jobs = new Map();
 let selected = null;
 let positions = new Map(); // queued job id -> its place in the fair order (/v1/queue)
+let admin = false; // an admin token sees every user's jobs: an owner column says whose
 
 function token() { return sessionStorage.getItem(KEY); }
 
@@ -37,6 +38,8 @@ async function signIn(t) {
   try {
     const who = await (await api("/v1/tokens/self")).json();
     $("whoami").textContent = `signed in as ${who.name}${who.admin ? " (admin)" : ""}`;
+    admin = Boolean(who.admin);
+    for (const th of document.querySelectorAll("th.owner")) th.hidden = !admin;
     $("signin").hidden = true;
     $("signout").hidden = false;
     $("app").hidden = false;
@@ -89,10 +92,27 @@ function progressText(job) {
   if (p.update !== undefined) parts.push(`update ${p.update}${p.max_updates ? ` / ${p.max_updates}` : ""}`);
   if (p.loss !== undefined && p.loss !== null) parts.push(`loss ${Number(p.loss).toFixed(3)}`);
   if (p.tokens_per_s && !done) parts.push(`${Math.round(p.tokens_per_s)} tok/s`);
+  if (job.state === "running" && p.phase === "train" && p.eta_s !== undefined && p.eta_s !== null) {
+    const s = Math.round(p.eta_s); // H:MM:SS of the training left, at this run's pace so far
+    parts.push(`ETA ${Math.floor(s / 3600)}:${String(Math.floor(s / 60) % 60).padStart(2, "0")}:${String(s % 60).padStart(2, "0")}`);
+  }
   parts.push(...bleuText(job));
   if (p.rows !== undefined) parts.push(`${p.rows} rows`);
-  if (job.error) parts.push(job.error.split("\n").slice(-1)[0]);
+  const why = causeOf(job.error);
+  if (why) parts.push(why);
   return parts.join(" · ") || "–";
+}
+
+// A job's error in one line (synattn_jobs.failure.cause, the same rule): its first line,
+// which says why it failed (for a multi-process job, which rank and its error), or the last
+// line of an older record that is a bare Python traceback. The record keeps the rest.
+function causeOf(error) {
+  const lines = (error || "").trim().split("\n").filter((line) => line.trim());
+  if (!lines.length) return "";
+  const first = lines[0];
+  const traceback = first.startsWith("Traceback") || /^\s/.test(first)
+    || first.includes('File "') || first.includes('", line ') || first.trim().startsWith("^");
+  return (traceback ? lines[lines.length - 1] : first).split(/\s+/).filter(Boolean).join(" ").slice(0, 600);
 }
 
 function button(text, cls, onClick, label) {
@@ -105,11 +125,20 @@ function button(text, cls, onClick, label) {
   return b;
 }
 
+// whose a job or experiment is: shown to an admin only (a user sees only their own)
+function ownerCell(tr, owner) {
+  const td = tr.insertCell();
+  td.className = "owner";
+  td.textContent = owner || "–";
+  td.hidden = !admin;
+}
+
 function jobRow(job) {
   const tr = document.createElement("tr");
   tr.id = `job-${job.id}`;
   tr.dataset.state = job.state;
   const name = tr.insertCell(); name.textContent = job.name;
+  ownerCell(tr, job.owner);
   const kind = tr.insertCell(); kind.textContent = job.kind;
   const state = tr.insertCell(); state.textContent = job.state; state.className = `state-${job.state}`;
   const prog = tr.insertCell(); prog.className = "progress"; prog.textContent = progressText(job);
@@ -330,6 +359,7 @@ async function refresh() {
     const tr = document.createElement("tr");
     tr.id = `exp-${e.id}`;
     tr.insertCell().textContent = e.name;
+    ownerCell(tr, e.owner);
     tr.insertCell().textContent = e.baseline;
     const counts = {};
     for (const j of members) counts[j.state] = (counts[j.state] || 0) + 1;

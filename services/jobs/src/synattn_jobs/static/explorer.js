@@ -1,9 +1,9 @@
 // synattn attention explorer: what every head of a finished run applies to one sentence
 // (POST /v1/jobs/{id}/attention), as a layers x heads grid of heatmaps; one head enlarged with
-// its tokens, the dependency arcs or the SLR window over the source axis; two runs side by side
-// with their difference. A typed sentence instead of a row: parsed as the run's training data
-// was, translated by the model, shown with that translation. Shares dashboard.js's api(),
-// button() and showError().
+// its tokens, the dependency arcs or the SLR window over the source axis, and as a line view
+// (bertviz's: tokens linked by attention weight); two runs side by side with their difference.
+// A typed sentence instead of a row: parsed as the run's training data was, translated by the
+// model, shown with that translation. Shares dashboard.js's api(), button() and showError().
 // Permalinks: #attention/JOB/SPLIT/ROW/MODULE/LAYER/HEAD[/vs/JOB2], and for a typed sentence
 // #attention/JOB/text/SENTENCE/MODULE/LAYER/HEAD[/vs/JOB2] (the sentence URI-encoded).
 "use strict";
@@ -97,6 +97,34 @@ function heatmap(matrix, cell, opts = {}) {
     });
   }
   svg.dataset.left = left; svg.dataset.top = top; svg.dataset.cell = cell; svg.dataset.rows = rows;
+  return svg;
+}
+
+// one head as bertviz's line view draws it, beside the heat map: each query token (left) linked
+// to every key token (right) by a line as opaque as its weight, weights under 2% left out;
+// pointing at a token keeps only its own lines
+function lineView(matrix, queries, keys, label) {
+  const rowH = 16, colW = 120, gap = 170, top = 4;
+  const y = (i) => top + (i + 0.5) * rowH;
+  const svg = exEl("svg", { class: "attn lines", width: 2 * colW + gap, height: top * 2 + rowH * Math.max(queries.length, keys.length),
+    role: "img", "aria-label": label });
+  const links = exEl("g", { class: "links" });
+  matrix.forEach((row, q) => row.forEach((v, k) => {
+    if (!(v >= 0.02)) return;
+    const line = exEl("line", { x1: colW + 4, y1: y(q), x2: colW + gap - 4, y2: y(k), class: "link", stroke: "#0b5cad",
+      "stroke-width": 2, "stroke-opacity": Math.min(1, v).toFixed(3), "data-q": q, "data-k": k, "data-v": v });
+    line.append(exEl("title", {}, `${queries[q]} → ${keys[k]}: ${Number(v).toFixed(4)}`));
+    links.append(line);
+  }));
+  svg.append(links);
+  queries.forEach((t, q) => svg.append(exEl("text", { x: colW, y: y(q) + 4, "text-anchor": "end", class: "qtok", "data-q": q }, t)));
+  keys.forEach((t, k) => svg.append(exEl("text", { x: colW + gap, y: y(k) + 4, class: "ktok", "data-k": k }, t)));
+  const only = (attr, value) => { for (const l of links.children) l.style.display = value === null || l.dataset[attr] === value ? "" : "none"; };
+  svg.addEventListener("mouseover", (e) => {
+    if (e.target.dataset.q !== undefined && e.target.tagName === "text") only("q", e.target.dataset.q);
+    else if (e.target.dataset.k !== undefined && e.target.tagName === "text") only("k", e.target.dataset.k);
+  });
+  svg.addEventListener("mouseleave", () => only("q", null));
   return svg;
 }
 
@@ -205,6 +233,12 @@ function drawDetail() {
   }
   target.append(figure(`${runLabel(EX.data.job)} · ${notes.join(" · ")}`, big));
   const other = EX.other;
+  if (!other) {
+    const lines = lineView(matrix, queries, keys, `${name} head ${EX.head}: line view`);
+    lines.id = "ex-lines";
+    target.append(figure("line view: each query linked to the keys it attends to, as opaque as " +
+      "the weight (under 2% not drawn); point at a token to see only its lines", lines));
+  }
   if (other) {
     // a typed sentence: each run has its own translation, so only the axes shown must agree
     const same = JSON.stringify(axisTokens(other, kind)) === JSON.stringify({ queries, keys });

@@ -52,6 +52,7 @@ def load_benepar(
     nlp, name = load_spacy(spacy_model, fallback, blas)
     add_benepar(nlp, model)
     return SpacyParser(
+        model=spacy_model,
         nlp=nlp,
         model_name=f"{name}+{model}",
         batch_size=batch_size,

