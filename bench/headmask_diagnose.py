@@ -88,7 +88,7 @@ def evaluate(model_file: Path, often: list[str], data: Path | None) -> dict[str,
     often_ids = sorted(index[h] for h in often)
     hm = cfg.headmask
     n = hm.n if hm.n is not None else max(1, round(0.125 * model.num_heads))
-    sizes = [m.h for _, _, m in sorted(model.attention_modules(), key=lambda x: x[2].gate_offset)]
+    sizes = model.heads_per_module()
 
     def as_in_training(b: Any, i: int) -> list[int]:
         if hm.mode == "random":

@@ -22,8 +22,10 @@ def _pm(diffs: list[float]) -> str:
     return f"{statistics.fmean(diffs):+.2f} ± {statistics.stdev(diffs):.2f}"
 
 
-def _ci(diffs: list[float]) -> str:
-    ci = mean_ci(diffs)
+def ci_text(diffs: list[float] | tuple[float, ...]) -> str:
+    """The seed-paired 95% confidence interval of the mean difference, or "–" for one seed
+    (the claims tables' and the prose's one form)."""
+    ci = mean_ci(list(diffs))
     return "–" if ci is None else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
 
 
@@ -75,12 +77,12 @@ def facts(
         out["mde-min"] = f"{min(mdes):.1f} BLEU"
     eos = _paired(scores, "vanilla", "8L", "average")
     if len(eos) > 1:
-        out["vanilla-minus-8L"] = f"{_pm(eos)}, CI {_ci(eos)}"
+        out["vanilla-minus-8L"] = f"{_pm(eos)}, CI {ci_text(eos)}"
     gated = _paired(scores, "slr-gated", "vanilla", "average")
     if len(gated) > 1:
         below = all(d < 0 for d in gated)
         out["slr-gated-averaged"] = (
-            f"{_pm(gated)}, CI {_ci(gated)} ({_and([f'{d:+.2f}' for d in gated])}"
+            f"{_pm(gated)}, CI {ci_text(gated)} ({_and([f'{d:+.2f}' for d in gated])}"
             f"{': every seed below vanilla' if below else ''}); the interval is "
             f"{reading(mean_ci(gated), (1.12,))}"
         )

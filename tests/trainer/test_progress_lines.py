@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from synattn_trainer.progress_lines import epoch_line, eta, update_line
+from synattn_shared.progress import eta
+from synattn_trainer.progress_lines import epoch_line, update_line
 from synattn_trainer.train import Trainer
 from tests.trainer.conftest import tiny_config
 
@@ -17,7 +18,7 @@ def test_lines_state_update_loss_lr_speed_and_time_left() -> None:
     assert update_line(rec, 3500, 100, 50.0) == (
         "update 200/3,500 (5.7%) | loss 4.812 | lr 5.00e-04 | 2,104 tok/s | ETA 0:27:30"
     )
-    assert eta(0, 10, 5.0) == "?"
+    assert eta(10, 0.0) == "?"  # no update done yet: no rate
     assert epoch_line({"epoch": 3, "update": 381, "valid_loss": 5.6291, "valid_ppl": 786.79,
                        "valid_loss_masked": 5.4}) == (
         "epoch 3 | update 381 | valid loss 5.629 | ppl 786.8 | masked 5.400"

@@ -154,7 +154,7 @@ def analyze(
     tok = load_tokenizer(cfg.data.tokenizer)
     dev_data = load_corpus(dev, tok, source_eos=cfg.data.source_eos)
     imp = importance(model, dev_data)
-    sizes = [m.h for _, _, m in sorted(model.attention_modules(), key=lambda x: x[2].gate_offset)]
+    sizes = model.heads_per_module()
     imp_norm = headmask.normalise_by_layer(imp, sizes)
     ranked = imp_norm if normalize else imp
     conf = confidence(model, dev_data)

@@ -440,6 +440,11 @@ class Transformer(nn.Module):
         for _, _, m in self.attention_modules():
             m.head_gates.gates = gates
 
+    def heads_per_module(self) -> list[int]:
+        """Each attention module's head count, in global head order (the order of the gates)."""
+        mods = sorted(self.attention_modules(), key=lambda x: x[2].gate_offset)
+        return [m.h for _, _, m in mods]
+
     def head_name(self, g: int) -> str:
         """``type.layer.head`` of global head index ``g``."""
         for kind, layer, m in self.attention_modules():

@@ -7,16 +7,9 @@ OpenNMT-py do: update, loss, learning rate, tokens/s and the time left at the ra
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
-
-def eta(done: int, left: int, elapsed: float) -> str:
-    """``H:MM:SS`` for ``left`` more updates at the rate of the ``done`` so far ("?" before
-    the first)."""
-    if done <= 0 or elapsed <= 0:
-        return "?"
-    return str(datetime.timedelta(seconds=round(left * elapsed / done)))
+from synattn_shared.progress import eta
 
 
 def update_line(rec: dict[str, Any], total: int, first: int, elapsed: float) -> str:
@@ -26,7 +19,7 @@ def update_line(rec: dict[str, Any], total: int, first: int, elapsed: float) -> 
     return (
         f"update {u:,}/{total:,} ({100 * u / max(total, 1):.1f}%) | loss {rec['loss']:.3f} | "
         f"lr {rec['lr']:.2e} | {rec['tokens_per_s']:,.0f} tok/s | "
-        f"ETA {eta(u - first, max(total - u, 0), elapsed)}"
+        f"ETA {eta(max(total - u, 0), (u - first) / elapsed if elapsed > 0 else 0.0)}"
     )
 
 

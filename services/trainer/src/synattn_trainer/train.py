@@ -37,6 +37,7 @@ from synattn_trainer.data import (
     token_batches,
 )
 from synattn_trainer.dropout import use_fast as use_fast_dropout
+from synattn_trainer.headmask import MaskTally
 from synattn_trainer.model import Transformer, count_parameters, use_cudnn_attention
 from synattn_trainer.plugins import PLUGINS_KEY, check_recorded, record
 from synattn_trainer.prefetch import BatchPrefetcher, read_ahead
@@ -300,7 +301,12 @@ class Trainer:
         self.autocast_dtype = torch.bfloat16 if use_bf16 else None
         self.update = 0
         self.epoch = 0
-        self._mask_tally: Any = None  # HeadMask runs: headmask.MaskTally, made on first use
+        self._module_heads = self.model.heads_per_module()  # Impt-N's per-module ranking
+        self._mask_tally = (  # HeadMask runs: which heads each log interval masked
+            None
+            if cfg.headmask.mode == "none"
+            else MaskTally([self.model.head_name(g) for g in range(self.model.num_heads)])
+        )
         self._lines = False  # plain progress lines (``progress`` and stderr not a terminal)
         self._first_update, self._t_start = 0, time.perf_counter()
         self.position = 0  # batches of the current epoch already consumed
@@ -491,7 +497,9 @@ class Trainer:
 
     def _progress_bar(self) -> Any:
         """A bar on a terminal; elsewhere None, and ``_say`` prints a line per log interval."""
-        self._lines = self.progress and not sys.stderr.isatty()
+        from synattn_shared.progress import plain, stderr_console
+
+        self._lines = self.progress and plain(stderr_console())
         self._first_update, self._t_start = self.update, time.perf_counter()
         if not self.progress or self._lines:
             return None
@@ -686,10 +694,8 @@ class Trainer:
         from synattn_trainer import headmask
 
         masked, signed = self._choose_masked(batch, self.update, micro)
-        if self._mask_tally is None:
-            names = [self.model.head_name(g) for g in range(self.model.num_heads)]
-            self._mask_tally = headmask.MaskTally(names)
-        self._mask_tally.add(masked, signed)
+        if self._mask_tally is not None:
+            self._mask_tally.add(masked, signed)
         return headmask.mask_gates(self.model.num_heads, masked, self.device)
 
     def _choose_masked(
@@ -710,12 +716,9 @@ class Trainer:
             return headmask.per_sentence_loss(model, b, smoothing)
 
         signed = headmask.sentence_importance(self.model, batch, loss, absolute=False)
-        sizes = [m.h for _, _, m in sorted(self.model.attention_modules(),
-                                           key=lambda x: x[2].gate_offset)]  # fmt: skip
-        scores = headmask.impt_scores(signed, hm.importance, hm.ranking, sizes)
+        scores = headmask.impt_scores(signed, hm.importance, hm.ranking, self._module_heads)
         return headmask.select_important(scores, n), signed.mean(0).detach()
 
-    @torch.no_grad()
     def validate_masked(self) -> dict[str, float]:
         """HeadMask runs: validation loss and NLL with heads masked as in training (Impt-N's
         importance on each validation batch, in eval mode; Random-N's draw from a generator of
@@ -723,27 +726,13 @@ class Trainer:
         below its all-heads loss depends on heads that were switched off while it trained."""
         from synattn_trainer import headmask
 
-        self.model.eval()
-        loss_sum = nll_sum = tokens = 0.0
-        data = self.valid_data
-        for i, index in enumerate(
-            token_batches(data.src_lens(), data.tgt_lens() - 1, self.cfg.data.max_tokens, 0, -1)
-        ):
-            b = make_batch(data, index, self.requests).to(self.device)
+        def gates(b: Batch, i: int) -> Tensor:
             with torch.enable_grad():
                 masked, _ = self._choose_masked(b, self.update, VALID_MICRO + i)
-            self.model.set_head_gates(headmask.mask_gates(self.model.num_heads, masked,
-                                                          self.device))  # fmt: skip
-            try:
-                logits = self.model(b.src, b.tgt_in, b.syntax, b.scored)
-            finally:
-                self.model.set_head_gates(None)
-            loss, nll = token_loss(logits, b.gold, self.cfg.optim.label_smoothing)
-            loss_sum += float(loss)
-            nll_sum += float(nll)
-            tokens += b.ntokens
-        self.model.train()
-        return {"valid_loss_masked": loss_sum / tokens, "valid_nll_masked": nll_sum / tokens}
+            return headmask.mask_gates(self.model.num_heads, masked, self.device)
+
+        loss, nll = self._valid_losses(gates)
+        return {"valid_loss_masked": loss, "valid_nll_masked": nll}
 
     def _end_of_epoch(self, final: bool = False) -> None:
         """Validation (patience, BLEU every k epochs) and a save: a scheduled checkpoint when
@@ -771,27 +760,35 @@ class Trainer:
         self._say(epoch_line(rec))
         self.save(final or not self.cfg.train.checkpoint_every_updates, valid["valid_loss"])
 
-    @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Validation loss (label-smoothed) and NLL per target token, and perplexity."""
+        loss, nll = self._valid_losses()
+        return {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50))}
+
+    @torch.no_grad()
+    def _valid_losses(
+        self, gates: Callable[[Batch, int], Tensor] | None = None
+    ) -> tuple[float, float]:
+        """Label-smoothed loss and NLL per target token over the validation split, in eval
+        mode; ``gates(batch, i)`` gates each batch's heads (HeadMask)."""
         self.model.eval()
         loss_sum = nll_sum = tokens = 0.0
         data = self.valid_data
-        for index in token_batches(
-            data.src_lens(), data.tgt_lens() - 1, self.cfg.data.max_tokens, 0, -1
+        for i, index in enumerate(
+            token_batches(data.src_lens(), data.tgt_lens() - 1, self.cfg.data.max_tokens, 0, -1)
         ):
             b = make_batch(data, index, self.requests).to(self.device)
-            logits = self.model(b.src, b.tgt_in, b.syntax, b.scored)
+            self.model.set_head_gates(None if gates is None else gates(b, i))
+            try:
+                logits = self.model(b.src, b.tgt_in, b.syntax, b.scored)
+            finally:
+                self.model.set_head_gates(None)
             loss, nll = token_loss(logits, b.gold, self.cfg.optim.label_smoothing)
             loss_sum += float(loss)
             nll_sum += float(nll)
             tokens += b.ntokens
         self.model.train()
-        return {
-            "valid_loss": loss_sum / tokens,
-            "valid_nll": nll_sum / tokens,
-            "valid_ppl": math.exp(min(nll_sum / tokens, 50)),
-        }
+        return loss_sum / tokens, nll_sum / tokens
 
     def translate(self, data: Corpus, limit: int | None = None) -> list[str]:
         """Beam-search translations of a split (detokenised), with the config's decoding."""
