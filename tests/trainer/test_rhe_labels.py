@@ -17,9 +17,10 @@ REPO = Path(__file__).resolve().parents[2]
 RHE = {"enc_self": [{"name": "rhe", "layers": [0], "options": {"gate": "confidence"}}]}
 
 
-def _labels(run: Path, out: Path) -> dict:  # type: ignore[type-arg]
+def _labels(run: Path, data: Path, out: Path) -> dict:  # type: ignore[type-arg]
     done = subprocess.run(
-        [sys.executable, "bench/rhe_labels.py", str(run), "--layers", "0", "--out", str(out)],
+        [sys.executable, "bench/rhe_labels.py", str(run), "--layers", "0", "--data", str(data),
+         "--out", str(out)],
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -33,7 +34,7 @@ def test_both_readings_are_measured(attention, m30k, tmp_path) -> None:  # type:
         m30k, attention=attention, train={"max_updates": 2, "checkpoint_every_updates": 2}
     )
     Trainer(cfg, tmp_path / "run", progress=False).train()
-    layer = _labels(tmp_path / "run", tmp_path / "labels.json")
+    layer = _labels(tmp_path / "run", m30k["valid"], tmp_path / "labels.json")
     for reading in ("dynamic", "confidence", "fixed_0.5"):
         share = layer[reading]["head_sentence_share"]
         assert 0.0 <= share <= 1.0 and len(layer[reading]["per_head"]) == 4
