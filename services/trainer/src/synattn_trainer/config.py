@@ -26,6 +26,11 @@ EXECUTION_ONLY: dict[str, Any] = {"execution_only": True}
 """``json_schema_extra`` of a setting that changes how a run executes, not what it computes
 (see ``execution_only_defaults``)."""
 
+OLD_BEHAVIOUR_AT_DEFAULT: dict[str, Any] = {"old_behaviour_at_default": True}
+"""``json_schema_extra`` of a setting added after runs were published whose default is what
+those runs computed (a new reading of a method beside the one they trained): left out of a
+run's identity at its default, as an execution-only setting is."""
+
 
 class DataConfig(Strict):
     """Where the parsed training data and the subword vocabulary live."""
@@ -214,6 +219,7 @@ class HeadMaskConfig(Strict):
         "global",
         description="Impt-N: rank raw importance over all heads (global), or each attention "
         "module's scores divided by their L2 norm first (per_module, Michel et al.)",
+        json_schema_extra=OLD_BEHAVIOUR_AT_DEFAULT,
     )
     importance: Literal["absolute", "batch_absolute", "signed"] = Field(
         "absolute",
@@ -221,6 +227,7 @@ class HeadMaskConfig(Strict):
         "the paper's); the absolute value of the batch's mean dL/dxi (batch_absolute, Michel "
         "et al.'s code); or -dL/dxi averaged, the first-order loss increase when the head is "
         "masked (signed: a head whose output raises the loss is never 'important')",
+        json_schema_extra=OLD_BEHAVIOUR_AT_DEFAULT,
     )
 
 
@@ -295,10 +302,11 @@ class TrainConfig(Strict):
 
 @cache
 def execution_only_defaults() -> dict[tuple[str, str], Any]:
-    """Every ``section.key`` setting marked ``EXECUTION_ONLY``, with its default. A run's
-    identity (``bench/reproduce.py``'s spec digest) leaves such a setting out at its default,
-    so adding one to the config does not turn published runs, whose specs predate it, into
-    another configuration; marking it here is all a new setting of this kind needs."""
+    """Every ``section.key`` setting marked ``EXECUTION_ONLY`` or ``OLD_BEHAVIOUR_AT_DEFAULT``,
+    with its default. A run's identity (``bench/reproduce.py``'s spec digest) leaves such a
+    setting out at its default, so adding one to the config does not turn published runs,
+    whose specs predate it, into another configuration; marking it here is all a new setting
+    of this kind needs."""
     found: dict[tuple[str, str], Any] = {}
     for section, field in TrainConfig.model_fields.items():
         model = field.annotation
@@ -306,7 +314,9 @@ def execution_only_defaults() -> dict[tuple[str, str], Any]:
             continue
         for key, sub in model.model_fields.items():
             extra = sub.json_schema_extra
-            if isinstance(extra, dict) and extra.get("execution_only"):
+            if isinstance(extra, dict) and (
+                extra.get("execution_only") or extra.get("old_behaviour_at_default")
+            ):
                 found[(section, key)] = sub.get_default(call_default_factory=True)
     return found
 
