@@ -51,6 +51,7 @@ InactiveLimit=0
 KillWait=10
 MinJobAge=600
 JobRequeue=1
+EnforcePartLimits=ALL
 PreemptType=preempt/none
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none

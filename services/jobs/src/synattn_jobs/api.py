@@ -8,6 +8,8 @@ signature (``synattn_jobs.deps``). Run: ``synattn serve-jobs``.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -55,6 +57,24 @@ async def _over_quota(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
+@asynccontextmanager
+async def _slurm_reconciler(app: FastAPI) -> AsyncIterator[None]:
+    """Under the Slurm executor the API keeps the store in line with Slurm while it serves
+    (``synattn_jobs.slurm.executor.Reconciler``)."""
+    settings: JobSettings = app.state.settings
+    if settings.executor != "slurm":
+        yield
+        return
+    from synattn_jobs.slurm.executor import Reconciler
+
+    thread = Reconciler(app.state.store, settings)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.stop.set()
+
+
 def create_app(settings: JobSettings | None = None) -> FastAPI:
     """The job API for ``settings`` (default: from ``SYNATTN_*``)."""
     settings = settings or get_settings()
@@ -63,6 +83,7 @@ def create_app(settings: JobSettings | None = None) -> FastAPI:
         version="1",
         description=DESCRIPTION,
         responses=problems(413),
+        lifespan=_slurm_reconciler,
     )
     app.state.settings = settings
     app.state.store = JobStore(settings.database_url)

@@ -109,15 +109,27 @@ def submit_train_cmd(
         int, typer.Option(help="data-parallel processes (torchrun on a worker with that many "
                           "devices); they count against your share and running quota")
     ] = 1,
+    nodes: Annotated[
+        int, typer.Option(help="machines the processes spread over (SYNATTN_EXECUTOR=slurm)")
+    ] = 1,
+    partition: Annotated[str | None, typer.Option(help="Slurm partition of this job")] = None,
+    account: Annotated[str | None, typer.Option(help="Slurm account of this job")] = None,
+    qos: Annotated[str | None, typer.Option(help="Slurm QOS of this job")] = None,
+    time_limit: Annotated[
+        str | None, typer.Option(help="Slurm time limit of this job (minutes or [D-]HH:MM:SS)")
+    ] = None,
 ) -> None:  # fmt: skip
     """Queue a training job (trains, then translates and scores the split)."""
     from synattn_jobs.submit import submit_train
 
     s = get_settings()
+    slurm = {k: v for k, v in (("partition", partition), ("account", account), ("qos", qos),
+                               ("time", time_limit)) if v is not None}  # fmt: skip
     try:
         spec = TrainJobSpec(
             config=str(config.resolve()), overrides=_parse_sets(set_), evaluate={"split": split},
-            resources={"processes": processes},
+            resources={"processes": processes, "nodes": nodes, **({"slurm": slurm} if slurm
+                                                                   else {})},
         )  # fmt: skip
         store = _store()
         job = submit_train(store, s, spec, name, out, _owner(store), priority)
@@ -185,6 +197,7 @@ def jobs(
     from rich.text import Text
 
     store = _store()
+    s = get_settings()
     exp_id = None
     if experiment:
         exp = store.experiment(experiment)
@@ -192,11 +205,22 @@ def jobs(
             raise fail(f"no experiment {experiment!r}")
         exp_id = exp.id
     t = Table()
-    for col in ("id", "kind", "name", "state", "position", "attempts", "progress"):
+    slurm = s.executor == "slurm"
+    where_col = "slurm" if slurm else "position"
+    for col in ("id", "kind", "name", "state", where_col, "attempts", "progress"):
         t.add_column(col)
-    positions = store.queue(fifo=get_settings().dispatch == "fifo")["positions"]
+    if slurm:
+        from synattn_jobs.slurm.executor import reconcile_quietly
+
+        reconcile_quietly(store, s)  # Slurm's states, fresh
+        positions: dict[str, int] = {}
+    else:
+        positions = store.queue(fifo=s.dispatch == "fifo")["positions"]
     for j in store.jobs(state, exp_id, kind):
         where = str(positions[j.id]) if j.id in positions else ""
+        if slurm and j.slurm_job:
+            reason = f" ({j.slurm_reason})" if j.slurm_reason else ""
+            where = f"{j.slurm_job} {j.slurm_state or ''}{reason}"
         t.add_row(j.id, j.kind, j.name, j.state, where, str(j.attempts),
                   Text(_progress_text(j)))  # fmt: skip
     console.print(t)
@@ -229,8 +253,11 @@ def quota_list() -> None:
 
 
 def cancel(job_id: str) -> None:
-    """Cancel a job: a queued one at once, a running one at its next step."""
-    job = _store().request_cancel(job_id)
+    """Cancel a job: a queued one at once, a running one at its next step (under Slurm, with
+    scancel)."""
+    from synattn_jobs.submit import cancel_job
+
+    job = cancel_job(_store(), get_settings(), job_id)
     if job is None:
         raise fail(f"no job {job_id!r}")
     console.print(
@@ -275,7 +302,7 @@ def wait_for(store: JobStore, ref: str, interval: float = 2.0, timeout: float | 
     with Live(table(js), console=console, refresh_per_second=2, transient=False,
               auto_refresh=False, redirect_stdout=False) as live:  # fmt: skip
         while True:
-            js = _resolve_jobs(store, ref)
+            js = _fresh_jobs(store, ref)
             if not quiet:
                 live.update(table(js), refresh=True)
             if all(j.state in TERMINAL for j in js):
@@ -288,10 +315,23 @@ def wait_for(store: JobStore, ref: str, interval: float = 2.0, timeout: float | 
     return js
 
 
+def _fresh_jobs(store: JobStore, ref: str) -> list[Job]:
+    """The jobs of ``ref``; under Slurm after a reconcile pass, so that a Slurm job that
+    vanished or went silent is never shown running."""
+    settings = get_settings()
+    if settings.executor == "slurm":
+        from synattn_jobs.slurm.executor import reconcile_quietly
+
+        reconcile_quietly(store, settings)
+    return _resolve_jobs(store, ref)
+
+
 def _positions(store: JobStore, js: list[Job]) -> dict[str, int]:
     """Queued jobs' places in the fair order (only asked for while one of ``js`` waits)."""
     if not any(j.state == "queued" for j in js):
         return {}
+    if get_settings().executor == "slurm":
+        return {}  # Slurm orders its queue (the job's Slurm reason says why it waits)
     positions: dict[str, int] = store.queue(fifo=get_settings().dispatch == "fifo")["positions"]
     return positions
 
@@ -306,7 +346,7 @@ def _wait_in_lines(store: JobStore, ref: str, interval: float, timeout: float | 
     exp = store.experiment(ref) if store.get(ref) is None else None
     label = f"experiment {exp.name}" if exp is not None else ref
     while True:
-        js = _resolve_jobs(store, ref)
+        js = _fresh_jobs(store, ref)
         if not quiet:
             lines.update(js, _positions(store, js))
         if all(j.state in TERMINAL for j in js):
@@ -541,3 +581,6 @@ def register(app: typer.Typer) -> None:
     presets.callback()(presets_list)
     presets.command("show")(presets_show)
     app.add_typer(presets, name="presets")
+    from synattn_jobs.slurm.cli import register as register_slurm
+
+    register_slurm(app)

@@ -201,18 +201,27 @@ def train_ddp(
     on_update: Callable[[dict[str, Any]], None],
     should_stop: Callable[[], bool],
     settings: JobSettings,
+    nodes: int = 1,
 ) -> tuple[TrainResult, int]:
-    """Train ``cfg`` in ``out_dir`` on ``processes`` ranks; (rank 0's ``TrainResult``, the
-    parameter count). ``Cancelled`` when a stop was asked for and the ranks did not finish,
+    """Train ``cfg`` in ``out_dir`` on ``processes`` ranks (over ``nodes`` machines of a Slurm
+    allocation: ``synattn_jobs.slurm.launch``); (rank 0's ``TrainResult``, the parameter
+    count). ``Cancelled`` when a stop was asked for and the ranks did not finish,
     ``RankFailed`` when a rank died or raised."""
     folder = out_dir / FOLDER
     job_file = _prepare(folder, cfg, out_dir, settings)
     metrics = out_dir / "metrics.jsonl"
     tail = MetricsTail(metrics, metrics.stat().st_size if metrics.is_file() else 0)
-    env = {**os.environ, **device_env(processes, os.environ, gpu_count())}
+    if nodes > 1:
+        from synattn_jobs.slurm.launch import multi_node_command
+
+        command = multi_node_command(nodes, processes // nodes, job_file)
+        env = dict(os.environ)  # each node's torchrun sees the GPUs Slurm gave that node
+    else:
+        command = torchrun_command(processes, job_file)
+        env = {**os.environ, **device_env(processes, os.environ, gpu_count())}
     with open(folder / "torchrun.log", "ab") as log:
         proc = subprocess.Popen(
-            torchrun_command(processes, job_file), env=env, stdout=log,
+            command, env=env, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     stopping: float | None = None  # when the stop was asked for

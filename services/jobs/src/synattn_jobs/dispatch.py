@@ -33,8 +33,8 @@ def dispatch(
     """Release as many queued jobs as there are free worker slots, fairly, and send their
     tasks; the ids sent, in order. ``dispatch = fifo`` sends at submit instead: nothing here."""
     settings = settings or get_settings()
-    if settings.dispatch == "fifo":
-        return []
+    if settings.dispatch == "fifo" or settings.executor == "slurm":
+        return []  # fifo: sent at submit; slurm: submitted to Slurm at submit
     if send is None:
         from synattn_jobs.worker import enqueue
 

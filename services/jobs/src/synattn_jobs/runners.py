@@ -99,8 +99,9 @@ def run_train(
 
         progress({**phase, "processes": processes})
         result, parameters = train_ddp(
-            cfg, out_dir, processes, on_update, should_stop, get_settings()
-        )
+            cfg, out_dir, processes, on_update, should_stop, get_settings(),
+            spec.resources.nodes,
+        )  # fmt: skip
     else:
         result, parameters = _train_here(cfg, out_dir, lambda: progress(phase), on_update,
                                          should_stop)  # fmt: skip

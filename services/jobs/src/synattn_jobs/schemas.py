@@ -120,6 +120,13 @@ class JobView(BaseModel):
     earlier_claims_s: float | None = Field(
         None, description="seconds that earlier claims (a lost or released worker's) held the job"
     )
+    slurm_job: str | None = Field(None, description="its Slurm job id (SYNATTN_EXECUTOR=slurm)")
+    slurm_state: str | None = Field(
+        None, description="Slurm's last word on it: PENDING, RUNNING, TIMEOUT, ..."
+    )
+    slurm_reason: str | None = Field(
+        None, description="why Slurm keeps it waiting or ended it: Priority, Resources, ..."
+    )
 
 
 class ExperimentSummary(BaseModel):

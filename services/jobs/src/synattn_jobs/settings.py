@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from synattn_jobs.specs import MAX_PROCESSES
+from synattn_jobs.specs import MAX_PROCESSES, SlurmMem, SlurmName, SlurmTime
 from synattn_shared.webapi import ServeTimeouts
 
 
@@ -122,6 +122,62 @@ class JobSettings(BaseSettings, ServeTimeouts):
         le=3600,
         description="a cancelled multi-process job stops at its next update and saves; after "
         "this long its processes are terminated instead",
+    )
+    # the executor (synattn_jobs.slurm): who runs a released job
+    executor: Literal["celery", "slurm"] = Field(
+        "celery",
+        description="celery: synattn's own workers take jobs from the broker; slurm: each job "
+        "is submitted at once to Slurm with sbatch, and Slurm queues, shares and runs it",
+    )
+    slurm_partition: SlurmName | None = Field(
+        None, description="Slurm partition of training jobs (default: the cluster's default)"
+    )
+    slurm_parse_partition: SlurmName | None = Field(
+        None, description="Slurm partition of parse jobs (default: slurm_partition)"
+    )
+    slurm_account: SlurmName | None = Field(None, description="Slurm account (sbatch --account)")
+    slurm_qos: SlurmName | None = Field(None, description="Slurm QOS (sbatch --qos)")
+    slurm_time: SlurmTime | None = Field(
+        None,
+        description="time limit of a Slurm job (sbatch --time: minutes, or [D-]HH:MM:SS); a job "
+        "that reaches it is checkpointed and requeued, so it may be shorter than a run",
+    )
+    slurm_gpus_per_node: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="GPUs a node of the partition has; 0 on a CPU cluster. A job asks "
+        "--gpus-per-node for its processes per node, which may not exceed this",
+    )
+    slurm_cpus_per_process: int = Field(
+        1, ge=1, le=256, description="CPUs each process of a job asks for (--cpus-per-task)"
+    )
+    slurm_mem: SlurmMem | None = Field(
+        None, description="memory per node (sbatch --mem, e.g. 16G; default: the partition's)"
+    )
+    slurm_signal_s: int = Field(
+        120,
+        ge=10,
+        le=3600,
+        description="seconds before its time limit a job is signalled (--signal=B:USR1@S) to "
+        "checkpoint and requeue itself; Slurm may signal up to a minute earlier",
+    )
+    slurm_extra: list[str] = Field(
+        default_factory=list,
+        description="further sbatch options for every job, set by whoever runs the service "
+        '(e.g. ["--constraint=a100"]); a user\'s job cannot add any',
+    )
+    slurm_python: str = Field(
+        "",
+        description="the Python a Slurm job runs synattn with on the nodes (default: the one "
+        "that submits, which the nodes must share)",
+    )
+    slurm_max_resubmits: int = Field(
+        5,
+        ge=0,
+        le=100,
+        description="times a job whose Slurm job ended without finishing (node failure, lost "
+        "heartbeat) is submitted again before it is marked failed",
     )
     parser_url: str = Field(
         "",

@@ -20,6 +20,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from synattn_jobs.errors import BadJobSpec
@@ -31,6 +32,12 @@ DottedKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_
 GridValue = bool | int | float | Annotated[str, Field(max_length=SLUG_MAX)]
 Seed = Annotated[int, Field(ge=0, le=2**31 - 1)]
 MAX_PROCESSES = 16  # one node's devices: ``torchrun --standalone`` runs on a single machine
+MAX_NODES = 16  # a multi-node job (the Slurm executor): its processes spread over this many
+# what Slurm's own option values may be: names (partition, account, QOS), a time limit, memory
+SlurmName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.,+-]{0,99}$")]
+SLURM_TIME = r"^(\d{1,7}|\d{1,7}:\d{2}(:\d{2})?|\d{1,5}-\d{1,2}(:\d{2}){0,2}|UNLIMITED)$"
+SlurmTime = Annotated[str, Field(pattern=SLURM_TIME)]
+SlurmMem = Annotated[str, Field(pattern=r"^\d{1,9}[KMGT]?$")]
 
 
 class Spec(BaseModel):
@@ -59,6 +66,17 @@ class EvalSpec(Spec):
     analyze: bool = Field(False, description="head importance and confidence on the split")
 
 
+class SlurmRequest(Spec):
+    """A job's (or a grid's) own Slurm request, over the service's ``SYNATTN_SLURM_*``
+    settings. Only these options: whoever runs the service sets any other (``slurm_extra``)."""
+
+    partition: SlurmName | None = None
+    account: SlurmName | None = None
+    qos: SlurmName | None = None
+    time: SlurmTime | None = Field(None, description="minutes, or [D-]HH:MM:SS")
+    mem: SlurmMem | None = None
+
+
 class Resources(Spec):
     """What one training job runs on: ``processes`` data-parallel ranks under ``torchrun``,
     one device each on a GPU worker (gloo processes on a CPU one). One process trains inside
@@ -67,10 +85,47 @@ class Resources(Spec):
     processes: int = Field(
         1,
         ge=1,
-        le=MAX_PROCESSES,
-        description="data-parallel processes (DDP ranks); a worker that owns at least this "
-        "many devices runs the job, and it counts this many against your share and quota",
+        le=MAX_PROCESSES * MAX_NODES,
+        description="data-parallel processes (DDP ranks), in all; a worker that owns at least "
+        "this many devices runs the job, and it counts this many against your share and quota",
     )
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=MAX_NODES,
+        description="machines the processes spread over, the same number on each (the Slurm "
+        "executor: srun starts torchrun on each, which meet at the first)",
+    )
+    slurm: SlurmRequest | None = Field(
+        None, description="this job's own Slurm partition, account, QOS or time limit"
+    )
+
+    @model_validator(mode="after")
+    def _per_node(self) -> Resources:
+        if self.processes % self.nodes:
+            raise ValueError(
+                f"processes ({self.processes}) must be a multiple of nodes ({self.nodes}): "
+                "each node runs the same number"
+            )
+        if self.processes // self.nodes > MAX_PROCESSES:
+            raise ValueError(f"at most {MAX_PROCESSES} processes per node")
+        return self
+
+    @property
+    def per_node(self) -> int:
+        return self.processes // self.nodes
+
+    @model_serializer(mode="wrap")
+    def _defaults_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``nodes`` and ``slurm`` only when set: a stored spec of one node reads as before."""
+        data: dict[str, Any] = handler(self)
+        if self.nodes == 1:
+            data.pop("nodes", None)
+        if self.slurm is None:
+            data.pop("slurm", None)
+        elif isinstance(data.get("slurm"), dict):
+            data["slurm"] = {k: v for k, v in data["slurm"].items() if v is not None}
+        return data
 
 
 class WithResources(Spec):

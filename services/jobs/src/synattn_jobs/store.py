@@ -96,6 +96,11 @@ class Job(Base):
     # the seconds earlier claims held the job (a killed worker's, a released one's), so that a
     # run's wall time is this plus its last claim's, not the last claim's alone
     earlier_claims_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the Slurm executor (synattn_jobs.slurm): the job's Slurm job id, and Slurm's last word on
+    # it (PENDING, RUNNING, ...; the reason it waits: Priority, Resources, BeginTime)
+    slurm_job: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    slurm_state: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    slurm_reason: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
     def as_dict(self) -> dict[str, Any]:
         return {c.name: getattr(self, c.name) for c in self.__table__.columns}
@@ -194,6 +199,9 @@ ADDED_COLUMNS = (
     ("jobs", "earlier_claims_s", "FLOAT"),
     ("jobs", "processes", "INTEGER NOT NULL DEFAULT 1"),
     ("workers", "devices", "INTEGER NOT NULL DEFAULT 1"),
+    ("jobs", "slurm_job", "VARCHAR(32)"),
+    ("jobs", "slurm_state", "VARCHAR(32)"),
+    ("jobs", "slurm_reason", "VARCHAR(200)"),
 )
 
 

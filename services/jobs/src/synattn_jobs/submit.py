@@ -19,6 +19,7 @@ from synattn_jobs.settings import JobSettings
 from synattn_jobs.specs import (
     ExperimentSpec,
     ParseJobSpec,
+    Resources,
     StoredTrainSpec,
     TrainJobSpec,
     check_parse_spec,
@@ -32,8 +33,14 @@ from synattn_shared.paths import UnsafePath, check_path_text, slug
 
 
 def _queue(store: JobStore, settings: JobSettings, jobs: list[Job]) -> None:
-    """Hand new jobs on: straight to the broker (``dispatch = fifo``), or to the fair
-    dispatcher, which releases them as worker slots free up (``synattn_jobs.dispatch``)."""
+    """Hand new jobs on: to Slurm at once (``executor = slurm``), straight to the broker
+    (``dispatch = fifo``), or to the fair dispatcher, which releases them as worker slots
+    free up (``synattn_jobs.dispatch``)."""
+    if settings.executor == "slurm":
+        from synattn_jobs.slurm.executor import submit_all
+
+        submit_all(store, settings, jobs)
+        return
     from synattn_jobs.worker import enqueue
 
     if settings.dispatch == "fifo":
@@ -78,14 +85,35 @@ def resolve_train_spec(spec: TrainJobSpec, settings: JobSettings) -> StoredTrain
     )
 
 
+def check_executor(
+    settings: JobSettings, kind: str, resources: Resources | None = None, cpus: int = 1
+) -> None:
+    """Refuse what the executor cannot run: a job over several nodes without Slurm; under
+    Slurm, whatever ``sbatch --test-only`` refuses (with Slurm's own message)."""
+    resources = resources or Resources()
+    if settings.executor != "slurm":
+        if resources.nodes > 1:
+            raise BadJobSpec(
+                f"resources.nodes {resources.nodes}: a job over several machines runs under "
+                "Slurm (SYNATTN_EXECUTOR=slurm); a synattn worker runs one machine's processes"
+            )
+        if resources.slurm is not None:
+            raise BadJobSpec("resources.slurm: these jobs run on synattn's own workers "
+                             "(SYNATTN_EXECUTOR is not slurm)")  # fmt: skip
+        return
+    from synattn_jobs.slurm.executor import check_submittable
+
+    check_submittable(settings, kind, resources, cpus)
+
+
 def check_processes(
     store: JobStore, settings: JobSettings, processes: int, owner: str | None
 ) -> None:
     """Refuse a job of ``processes`` that could never start, rather than queue it forever:
     over ``SYNATTN_MAX_PROCESSES``; more than the largest live training worker owns devices
     (workers advertise them with their registration beat; while none is live, anything up to
-    the cap is accepted and waits for a worker that fits); more than its owner's running
-    quota. One process always fits."""
+    the cap is accepted and waits for a worker that fits; under Slurm, Slurm says what fits);
+    more than its owner's running quota. One process always fits."""
     if processes <= 1:
         return
     if processes > settings.max_processes:
@@ -93,7 +121,11 @@ def check_processes(
             f"resources.processes {processes}: a job may have at most {settings.max_processes} "
             "processes (SYNATTN_MAX_PROCESSES)"
         )
-    most = store.live_devices("train", settings.stale_after_s)
+    most = (
+        None
+        if settings.executor == "slurm"
+        else store.live_devices("train", settings.stale_after_s)
+    )
     if most is not None and processes > most:
         raise BadJobSpec(
             f"resources.processes {processes}: no worker can run it: the largest live training "
@@ -129,6 +161,7 @@ def submit_train(
     the owner's queued jobs are at their limit."""
     stored = resolve_train_spec(spec, settings)
     check_processes(store, settings, spec.resources.processes, owner)
+    check_executor(settings, "train", spec.resources)
     job_name = _name(name, Path(stored.config).stem, "name")
     run_dir = _run_dir(settings, job_name, out)
     _, (job,) = store.submit(
@@ -147,6 +180,7 @@ def submit_parse(
 ) -> Job:  # fmt: skip
     """Queue one parse job; its output folder is the spec's ``out``."""
     spec = check_parse_spec(spec, settings.data_root, _private(settings))
+    check_executor(settings, "parse", cpus=spec.workers)
     job_name = _name(name, Path(spec.out).name, "name")
     _, (job,) = store.submit(
         [{"kind": "parse", "name": job_name, "spec": spec.model_dump(mode="json"),
@@ -236,6 +270,7 @@ def submit_experiment(
     planned = spec.expand(settings.max_grid_jobs)
     check_grid_config(spec.config, settings)
     check_processes(store, settings, spec.resources.processes, owner)
+    check_executor(settings, "train", spec.resources)
     checked = [(p, resolve_train_spec(p["spec"], settings)) for p in planned]
     exp_id = new_id()
     assert settings.runs_dir is not None
@@ -253,6 +288,19 @@ def submit_experiment(
     assert exp is not None
     _queue(store, settings, jobs)
     return exp, jobs
+
+
+def cancel_job(store: JobStore, settings: JobSettings, job_id: str) -> Job | None:
+    """Cancel a job: a queued one at once, a running one at its next update (it saves a
+    resume point); under Slurm also ``scancel`` (``synattn_jobs.slurm.executor.cancel``)."""
+    before = store.get(job_id)
+    job = store.request_cancel(job_id)
+    if job is not None and before is not None and settings.executor == "slurm":
+        from synattn_jobs.slurm.executor import cancel
+
+        if before.state in ("queued", "running"):
+            cancel(before)
+    return job
 
 
 def job_view(job: Job) -> dict[str, Any]:

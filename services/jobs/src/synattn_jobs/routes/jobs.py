@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Query
 from synattn_jobs.deps import EXPERIMENT_REF, Caller, JobFolder, OwnedJob, Settings, Store
 from synattn_jobs.schemas import JobView, ParseRequest, TrainRequest
 from synattn_jobs.store import JobState
-from synattn_jobs.submit import job_view, submit_parse, submit_train
+from synattn_jobs.submit import cancel_job, job_view, submit_parse, submit_train
 from synattn_shared.webapi import StrictJSONRoute, finite_json, problems
 
 router = APIRouter(prefix="/v1/jobs", route_class=StrictJSONRoute, tags=["jobs"])
@@ -58,9 +58,9 @@ def show_job(job: OwnedJob) -> Any:
 
 
 @router.post("/{job_id}/cancel", response_model=JobView, responses=problems(401, 403, 404, 408))
-def cancel(job: OwnedJob, store: Store) -> Any:
+def cancel(job: OwnedJob, store: Store, settings: Settings) -> Any:
     """A queued job is cancelled at once, a running one at its next step."""
-    done = store.request_cancel(job.id)
+    done = cancel_job(store, settings, job.id)
     if done is None:  # deleted meanwhile
         raise HTTPException(404, f"no job {job.id}")
     return job_view(done)
