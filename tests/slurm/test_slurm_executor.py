@@ -191,3 +191,114 @@ def test_a_requeued_job_resumes_to_the_parameters_of_an_uninterrupted_run(
     assert done.attempts == 2 and done.slurm_job == job.slurm_job  # Slurm's requeue: same id
     a, b = _model(done.result["checkpoint"]), _model(ref.result["checkpoint"])
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_two_processes_on_one_node_and_one_on_each_of_two_nodes_train_alike(
+    slurm: SlurmEnv,
+) -> None:
+    """A 2-process job on one node (torchrun in the allocation) and a 2-node job of one
+    process per node (srun, torchrun's c10d rendezvous on the first node, gloo) both finish
+    with a one-process job's result, and the same world size and global batch give the same
+    parameters, within the DDP tests' tolerance."""
+    import torch
+
+    cfg = str(slurm.root / "configs" / "tiny.yaml")
+    one = slurm.cli("submit", "train", cfg, "--processes", "2", "--name", "one-node")
+    two = slurm.cli("submit", "train", cfg, "--processes", "2", "--nodes", "2", "--name",
+                    "two-nodes")  # fmt: skip
+    jobs = [_settled(slurm, j.stdout.strip(), {"succeeded", "failed", "cancelled"}, 240)
+            for j in (one, two)]  # fmt: skip
+    for job in jobs:
+        assert job.state == "succeeded", job.error
+        assert job.result["update"] == 10 and job.result["stopped"] == "max_updates"
+        assert Path(job.result["hyp"]).is_file() and job.progress["processes"] == 2
+        starts = [e for e in _events(Path(job.out_dir)) if e["event"] == "start"]
+        assert [s["world"] for s in starts] == [2]
+    torchrun = (Path(jobs[1].out_dir) / "ddp" / "torchrun.log").read_text()
+    nodes = {line.split()[-1] for line in torchrun.splitlines() if "synattn-node" in line}
+    assert nodes == {"n1", "n2"}, torchrun[-2000:]
+    a, b = _model(jobs[0].result["checkpoint"]), _model(jobs[1].result["checkpoint"])
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_a_job_reaching_its_time_limit_is_signalled_checkpointed_requeued_and_finished(
+    slurm: SlurmEnv,
+) -> None:
+    """A 1-minute time limit with the signal 55 s before it: Slurm sends SIGUSR1 within the
+    first half minute, the run saves at its next update, goes back to queued and asks Slurm
+    to requeue it (same Slurm job id). The cluster's admin then lifts the limit, and the job
+    resumes from where it stopped and finishes."""
+    import subprocess
+
+    slurm.vars["SYNATTN_SLURM_SIGNAL_S"] = "55"
+    cfg = str(_config(slurm, "slurm-limit", max_updates=1000, checkpoint_every_updates=100,
+                      average_last=2, average_window=0.5))  # fmt: skip
+    job_id = slurm.cli("submit", "train", cfg, "--time-limit", "1").stdout.strip()
+    slurm_job = slurm.slurm_job(job_id)
+    slurm.release_begin_time(slurm_job, timeout=90)  # requeued by the job itself
+    subprocess.run(["scontrol", "update", f"jobid={slurm_job}", "TimeLimit=10"],
+                   env=slurm.env, check=True)  # fmt: skip
+    job = _settled(slurm, job_id, {"succeeded", "failed", "cancelled"}, timeout=240)
+    assert job.state == "succeeded", job.error
+    assert job.slurm_job == slurm_job and job.attempts == 2 and job.result["update"] == 1000
+    run = Path(job.out_dir)
+    ends = [e for e in _events(run) if e["event"] == "end"]
+    starts = [e for e in _events(run) if e["event"] == "start"]
+    assert [e["stopped"] for e in ends] == ["cancelled", "max_updates"]  # stopped, then done
+    # it goes on from where it stopped (a signal before its first update: from update 0)
+    assert starts[1]["update"] == ends[0]["update"]
+    assert starts[1]["resumed"] or ends[0]["update"] == 0
+    log = (run / "slurm" / f"slurm-{slurm_job}.out").read_text()
+    assert "time limit is near; checkpointed and requeued in Slurm" in log, log[-2000:]
+    assert "Slurm restart 1" in log
+
+
+def test_a_node_that_dies_under_a_job_is_noticed_and_the_job_resumes_elsewhere(
+    slurm: SlurmEnv, slurm_conf: Path
+) -> None:
+    """slurmd of the job's node and the job's processes killed (-9), as a node losing power:
+    within seconds (the heartbeat's staleness, 3 s here) the reconciler notices the silent
+    job, cancels its Slurm job and submits it anew away from that node; it resumes on the
+    other node from its checkpoint. Never left running."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    from tests.slurm.conftest import SLURM_DIR
+
+    job_id = slurm.cli("submit", "train", str(slurm.root / "configs" / "long.yaml")).stdout.strip()
+    job = slurm.wait(job_id, {"running"}, timeout=120, update=12)
+    node = slurm.squeue(job.slurm_job) and _node_of(slurm, job.slurm_job)
+    batch = [p for p in psutil.process_iter(["cmdline"])
+             if p.info["cmdline"] and "synattn_jobs.slurm.batch" in p.info["cmdline"]
+             and job_id in p.info["cmdline"]]  # fmt: skip
+    assert len(batch) == 1
+    daemon = int((SLURM_DIR / f"slurmd-{node}.pid").read_text())
+    stepd = batch[0].parent()
+    for proc in (daemon, stepd.pid, batch[0].pid):
+        os.kill(proc, signal.SIGKILL)
+    lost_at, first = time.monotonic(), job.slurm_job
+    while time.monotonic() - lost_at < 30:
+        slurm.cli("slurm", "sync")
+        job = slurm.store().get(job_id)
+        if job.state != "running":
+            break
+        time.sleep(0.5)
+    assert job.state == "queued" and time.monotonic() - lost_at < 30, (job.state, job.error)
+    assert job.slurm_job != first and f"not on {node}" in job.error, job.error
+    assert "stopped beating" in job.error
+    resumed = slurm.wait(job_id, {"running"}, timeout=120, update=job.progress["update"] + 2)
+    assert _node_of(slurm, resumed.slurm_job) != node
+    starts = [e for e in _events(Path(job.out_dir)) if e["event"] == "start"]
+    assert [s["resumed"] for s in starts] == [False, True] and starts[1]["update"] >= 10
+
+
+def _node_of(slurm: SlurmEnv, slurm_job: str) -> str:
+    import subprocess
+
+    out = subprocess.run(["squeue", "-h", "-j", slurm_job, "-o", "%N"], env=slurm.env,
+                         capture_output=True, text=True)  # fmt: skip
+    return out.stdout.strip()

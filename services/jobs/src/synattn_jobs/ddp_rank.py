@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -134,6 +135,9 @@ def main(argv: list[str]) -> int:
     tie_to_parent(signal.SIGKILL, int(parent) if parent else None)
     rank = int(os.environ.get("RANK", "0"))
     atomic_write_text(folder / f"rank-{rank}.pid", str(os.getpid()))
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    print(f"synattn-node: rank {rank} of {os.environ.get('WORLD_SIZE', '1')} on {node}",
+          file=sys.stderr, flush=True)  # fmt: skip (in ddp/torchrun.log: where each rank ran)
     try:
         job = json.loads(job_file.read_text(encoding="utf-8"))
         result, parameters = train(job, folder)

@@ -38,10 +38,13 @@ def tie_to_parent(sig: int, parent: int | None = None) -> bool:
 
 
 def main(argv: list[str]) -> None:
-    """``PID SIGNAL CMD...``: tie to ``PID`` with ``SIGNAL`` (a name: TERM, KILL), then exec."""
+    """``PID SIGNAL CMD...``: tie to ``PID`` with ``SIGNAL`` (a name: TERM, KILL), then exec.
+    ``PID`` may be ``parent``: whichever process started this one (``srun``'s task on
+    another node, whose starter is Slurm's step daemon)."""
     if len(argv) < 3:
-        raise SystemExit("usage: python -m synattn_jobs.tether PARENT_PID SIGNAL CMD...")
-    parent, sig, cmd = int(argv[0]), signal.Signals[f"SIG{argv[1]}"], argv[2:]
+        raise SystemExit("usage: python -m synattn_jobs.tether PARENT_PID|parent SIGNAL CMD...")
+    parent = None if argv[0] == "parent" else int(argv[0])
+    sig, cmd = signal.Signals[f"SIG{argv[1]}"], argv[2:]
     tie_to_parent(sig, parent)
     os.environ[PID_VAR] = str(os.getpid())  # the ranks' parent, once this becomes CMD
     os.execvp(cmd[0], cmd)

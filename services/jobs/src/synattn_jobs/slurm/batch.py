@@ -113,7 +113,7 @@ def _hand_back(job_id: str, me: str, slurm_job: str, stopped: str) -> None:
     from synattn_jobs.worker import patiently, store
 
     s = store()
-    if "USR1" in SIGNALLED:
+    if "SIGUSR1" in SIGNALLED:
         why = f"{stopped}: Slurm's time limit is near; checkpointed and requeued in Slurm"
         patiently(lambda: s.release(job_id, me, why), "release")
         if slurm_job:

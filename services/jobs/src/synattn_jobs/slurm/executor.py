@@ -58,14 +58,20 @@ def check_submittable(
         raise BadJobSpec(f"Slurm refused the job: {exc}") from None
 
 
-def submit(store: JobStore, settings: JobSettings, job: Job, again: str | None = None) -> str:
+def submit(
+    store: JobStore, settings: JobSettings, job: Job, again: str | None = None,
+    avoid: str = "",
+) -> str:  # fmt: skip
     """``sbatch`` the job; its Slurm job id, recorded in the store. A refusal (checked before
     the job was stored, so rare: a partition closed meanwhile) fails the job with Slurm's
-    message."""
+    message. ``avoid``: nodes the job was just lost on (``--exclude``), where another node
+    may take it."""
     folder = log_dir(settings, job)
     folder.mkdir(parents=True, exist_ok=True)
     opts = sbatch_options(settings, job.kind, resources_of(job), f"synattn-{job.id[:12]}", folder,
                           _cpus(job.spec or {}, job.kind))  # fmt: skip
+    if avoid:
+        opts.append(f"--exclude={avoid}")
     try:
         slurm_job = commands.sbatch(batch_script(settings, job.id), opts)
     except SlurmError as exc:
@@ -97,6 +103,12 @@ def cancel(job: Job) -> None:
             commands.scancel(job.slurm_job)
     except SlurmError as exc:  # already gone: the reconciler settles the rest
         log.warning("scancel %s: %s", job.slurm_job, exc)
+
+
+def _avoidable(nodes: str, job: Job) -> str:
+    """Nodes a resubmitted job may avoid: those it was lost on, unless it needs every node
+    of the partition anyway (a multi-node job: it may not, so nothing is excluded)."""
+    return nodes if nodes and resources_of(job).nodes == 1 else ""
 
 
 def _log_tail(settings: JobSettings, job: Job, slurm_job: str, lines: int = 8) -> str:
@@ -157,9 +169,10 @@ def reconcile_once(store: JobStore, settings: JobSettings) -> list[str]:
             if view is not None and view.state in ("RUNNING", "COMPLETING", "PENDING"):
                 with contextlib.suppress(SlurmError):  # silent, on a node Slurm thinks alive
                     commands.scancel(job.slurm_job)
-            why = f"{what}: {d.why}; submitted anew"
+            lost_on = view.nodes if view is not None and job.state == "running" else ""
+            why = f"{what}: {d.why}; submitted anew" + (f", not on {lost_on}" if lost_on else "")
             try:
-                new = submit(store, settings, job, again=why)
+                new = submit(store, settings, job, again=why, avoid=_avoidable(lost_on, job))
             except BadJobSpec as exc:
                 changed.append(f"{job.id}: failed, {exc}")
             else:

@@ -26,13 +26,15 @@ def rendezvous(environ: Mapping[str, str]) -> tuple[str, int]:
 def multi_node_command(
     nodes: int, per_node: int, job_file: Path, environ: Mapping[str, str] | None = None
 ) -> list[str]:
-    """``srun`` of torchrun on every node (tied to this process, ``tether``)."""
+    """``srun`` of torchrun on every node: ``srun`` tied to this process, each node's
+    torchrun to its Slurm task, and the ranks to their torchrun (``tether``)."""
     environ = os.environ if environ is None else environ
     host, port = rendezvous(environ)
     return [
         sys.executable, "-m", "synattn_jobs.tether", str(os.getpid()), "TERM",
         "srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
         "--kill-on-bad-exit=1", "--export=ALL",
+        sys.executable, "-m", "synattn_jobs.tether", "parent", "TERM",
         sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
         "--nproc_per_node", str(per_node), "--rdzv_backend", "c10d",
         "--rdzv_endpoint", f"{host}:{port}", "--rdzv_id", environ["SLURM_JOB_ID"],
