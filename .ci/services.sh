@@ -25,6 +25,16 @@ if ! { command -v chromium && command -v chromedriver; } >/dev/null && command -
     >/tmp/synattn-ci-apt.log 2>&1 \
     || echo "could not install chromium (see /tmp/synattn-ci-apt.log)" >&2
 fi
+# A two-node Slurm cluster on this machine (Debian's slurm-wlm and munge, installed where
+# missing): the Slurm executor's tests run against it (deploy/slurm/local-cluster.sh).
+slurm="no slurm"
+if [ "$(id -u)" = 0 ]; then
+  if bash "$(dirname "$0")/../deploy/slurm/local-cluster.sh" up >/tmp/synattn-ci-slurm.log 2>&1; then
+    slurm="slurm up (SLURM_CONF=/tmp/synattn-slurm/slurm.conf)"
+  else
+    echo "could not start the local Slurm cluster (see /tmp/synattn-ci-slurm.log)" >&2
+  fi
+fi
 for _ in $(seq 50); do up 6379 && break; sleep 0.1; done
 up 6379 || { echo "Redis is not reachable on 127.0.0.1:6379" >&2; exit 1; }
-echo "services: redis up$(up 5432 && echo ', postgres up')$(command -v chromium >/dev/null && echo ', chromium')$(command -v chromedriver >/dev/null && echo ', chromedriver')"
+echo "services: redis up, $slurm$(up 5432 && echo ', postgres up')$(command -v chromium >/dev/null && echo ', chromium')$(command -v chromedriver >/dev/null && echo ', chromedriver')"

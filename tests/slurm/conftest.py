@@ -86,7 +86,7 @@ class SlurmEnv(Env):
 
 
 @pytest.fixture
-def slurm(slurm_conf: Path, data_root: Path, tmp_path: Path) -> Iterator[SlurmEnv]:
+def slurm(slurm_conf: Path, data_root: Path, tmp_path: Path) -> Iterator[SlurmEnv]:  # noqa: F811
     """A job queue with ``SYNATTN_EXECUTOR=slurm`` on the local cluster; its Slurm jobs are
     cancelled afterwards."""
     home = tmp_path / "slurm-home"

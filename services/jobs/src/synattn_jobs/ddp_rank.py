@@ -136,8 +136,9 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
     atomic_write_text(folder / f"rank-{rank}.pid", str(os.getpid()))
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    print(f"synattn-node: rank {rank} of {os.environ.get('WORLD_SIZE', '1')} on {node}",
-          file=sys.stderr, flush=True)  # fmt: skip (in ddp/torchrun.log: where each rank ran)
+    world = os.environ.get("WORLD_SIZE", "1")
+    # in ddp/torchrun.log: where each rank ran (a multi-node job's nodes)
+    print(f"synattn-node: rank {rank} of {world} on {node}", file=sys.stderr, flush=True)
     try:
         job = json.loads(job_file.read_text(encoding="utf-8"))
         result, parameters = train(job, folder)
