@@ -237,8 +237,10 @@ def test_a_grid_asks_for_processes_for_every_job() -> None:
                           resources={"processes": 2})  # fmt: skip
     assert {j["spec"].resources.processes for j in grid.expand(10)} == {2}
     assert grid.model_dump(mode="json")["resources"] == {"processes": 2}
-    with pytest.raises(ValueError, match="less than or equal to 16"):
+    with pytest.raises(ValueError, match="at most 16 processes per node"):
         TrainJobSpec.model_validate({"config": "c.yaml", "resources": {"processes": 17}})
+    with pytest.raises(ValueError, match="less than or equal to 256"):  # 16 nodes of 16
+        TrainJobSpec.model_validate({"config": "c.yaml", "resources": {"processes": 257}})
 
 
 TETHERED = """

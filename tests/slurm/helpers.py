@@ -1,0 +1,54 @@
+"""Helpers of the Slurm executor's tests: the runs' records and models, a config of one's own,
+and waiting for a job while reconciling as the job API would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from tests.slurm.conftest import SlurmEnv
+
+
+def model(path: str | Path) -> dict:
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+
+
+def events(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def config(slurm: SlurmEnv, name: str, **train: object) -> Path:
+    """``configs/tiny.yaml`` (``tests.jobs.conftest.tiny_yaml``) with ``train`` settings of
+    its own, as ``configs/<name>.yaml``."""
+    base = yaml.safe_load((slurm.root / "configs" / "tiny.yaml").read_text())
+    base["train"].update(train)
+    path = slurm.root / "configs" / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(base), encoding="utf-8")
+    return path
+
+
+def settled(slurm: SlurmEnv, job_id: str, states: set[str], timeout: float = 90):
+    """Wait for ``states`` while reconciling as the job API would (``synattn slurm sync``)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        slurm.cli("slurm", "sync")
+        job = slurm.store().get(job_id)
+        if job is not None and job.state in states:
+            return job
+        time.sleep(1)
+    job = slurm.store().get(job_id)
+    raise AssertionError(f"{job_id}: {job and job.state} {job and job.error}\n{slurm.logs()}")
+
+
+def node_of(slurm: SlurmEnv, slurm_job: str) -> str:
+    import subprocess
+
+    out = subprocess.run(["squeue", "-h", "-j", slurm_job, "-o", "%N"], env=slurm.env,
+                         capture_output=True, text=True)  # fmt: skip
+    return out.stdout.strip()
