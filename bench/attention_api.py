@@ -46,8 +46,8 @@ def main() -> None:
     from synattn_trainer.checkpoint import latest
     from synattn_trainer.data import load_corpus
     from synattn_trainer.explorer import row_attention
+    from synattn_trainer.loading import load_model
     from synattn_trainer.tokenizer import load_tokenizer
-    from synattn_trainer.train import load_model
 
     torch.set_num_threads(1)
     ckpt = args.checkpoint or latest(REPO / "build/curve/vanilla-s1/checkpoints")

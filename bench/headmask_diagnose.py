@@ -77,8 +77,8 @@ def evaluate(model_file: Path, often: list[str], data: Path | None) -> dict[str,
     from synattn_trainer import headmask
     from synattn_trainer.analysis import importance
     from synattn_trainer.data import load_corpus
+    from synattn_trainer.loading import load_model
     from synattn_trainer.tokenizer import load_tokenizer
-    from synattn_trainer.train import load_model
 
     model, cfg = load_model(model_file)
     tok = load_tokenizer(cfg.data.tokenizer)

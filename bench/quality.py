@@ -29,10 +29,11 @@ from synattn_shared.shards import ShardDataset
 from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import load_corpus
 from synattn_trainer.evaluate import corpus_bleu, corpus_chrf, paired_bootstrap
+from synattn_trainer.loading import load_model
 from synattn_trainer.model import count_parameters
 from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.tokenizer import train_tokenizer
-from synattn_trainer.train import Trainer, load_model
+from synattn_trainer.train import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench" / "quality"

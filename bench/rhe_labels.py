@@ -114,8 +114,8 @@ def measure(checkpoint: Path, data: Path, layers: list[int] | None) -> dict[str,
     """Label rates per encoder layer of one checkpoint on a split."""
     from synattn_shared.requests import DeaMask
     from synattn_trainer.data import load_corpus, make_batch, token_batches
+    from synattn_trainer.loading import load_model
     from synattn_trainer.tokenizer import EOS_ID, PAD_ID, load_tokenizer
-    from synattn_trainer.train import load_model
     from synattn_trainer.variants.rhe import Rhe
 
     model, cfg = load_model(checkpoint)

@@ -26,9 +26,10 @@ from torch import Tensor, nn
 from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import load_corpus, make_batch, token_batches
 from synattn_trainer.evaluate import corpus_bleu
+from synattn_trainer.loading import load_model
 from synattn_trainer.model import Transformer, count_parameters, sinusoids
 from synattn_trainer.tokenizer import load_tokenizer
-from synattn_trainer.train import Trainer, load_model, token_loss
+from synattn_trainer.train import Trainer, token_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quality import CACHE, prepare

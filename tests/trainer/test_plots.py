@@ -46,9 +46,9 @@ def test_gate_heatmap_label_history_and_attention_png(
     # the heatmap's values: the dev set in eval mode (gated SLR's Fig. 3), mean and spread
     from synattn_trainer.analysis import dev_gates
     from synattn_trainer.data import load_corpus
+    from synattn_trainer.loading import load_model
     from synattn_trainer.plots import dev_gate_values
     from synattn_trainer.tokenizer import load_tokenizer
-    from synattn_trainer.train import load_model
 
     dev = dev_gate_values(run / "metrics.jsonl")
     assert dev is not None

@@ -188,7 +188,7 @@ def test_a_file_plugin_that_breaks_the_contract_fails_the_check_with_the_reason(
 def test_training_through_the_cli_records_the_plugin_and_refuses_another_version(
     installed: Path, m30k: dict[str, Path], tmp_path: Path
 ) -> None:
-    from synattn_trainer.train import load_model
+    from synattn_trainer.loading import load_model
 
     cfg = tiny_yaml(m30k, tmp_path / "run.yaml", preset="distance-decay")
     trainer_cli("train", str(cfg), "--out", str(tmp_path / "run"))

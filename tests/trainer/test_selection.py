@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from synattn_trainer.checkpoint import RESUME_NAME, checkpoints, tie_like, update_of
+from synattn_trainer.loading import load_model
 from synattn_trainer.selection import averaging_error, last_in_window, schedule
-from synattn_trainer.train import Trainer, load_model
+from synattn_trainer.train import Trainer
 from tests.trainer.conftest import tiny_config
 
 

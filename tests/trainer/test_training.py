@@ -18,9 +18,10 @@ from synattn_trainer.config import TrainConfig
 from synattn_trainer.data import load_corpus, make_batch, token_batches
 from synattn_trainer.decode import beam_search, forced_scores, greedy
 from synattn_trainer.evaluate import corpus_bleu, paired_bootstrap
+from synattn_trainer.loading import load_model
 from synattn_trainer.model import Transformer, count_parameters
 from synattn_trainer.tokenizer import load_tokenizer
-from synattn_trainer.train import Trainer, load_model, lr_factor
+from synattn_trainer.train import Trainer, lr_factor
 from tests.trainer.conftest import tiny_config, trainer_cli
 
 

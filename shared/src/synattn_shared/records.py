@@ -77,7 +77,7 @@ class SentenceRecord:
         """The constituency tree as an ``nltk.Tree`` (None when unknown)."""
         if self.tree is None:
             return None
-        from synattn_shared.readers.ptb import parse_tree
+        from synattn_shared.syntax.trees import parse_tree
 
         return parse_tree(self.tree, sentence=self.sent_id, line=self.line or 1)
 

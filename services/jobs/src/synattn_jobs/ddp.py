@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from synattn_jobs.ddp_rank import RESULT_NAME, STOP_NAME, result_from_json
+from synattn_jobs.errors import Cancelled
 from synattn_jobs.failure import Described
-from synattn_jobs.runners import Cancelled
 from synattn_jobs.settings import JobSettings
 
 if TYPE_CHECKING:  # torch is imported by the processes that train, not with this module

@@ -28,19 +28,15 @@ def dispatch(
     store: JobStore,
     settings: JobSettings | None = None,
     kinds: Iterable[str] = KINDS,
-    send: Callable[[str, str], None] | None = None,
+    *,
+    send: Callable[[str, str], None],
 ) -> list[str]:
-    """Release as many queued jobs as there are free worker slots, fairly, and send their
-    tasks; the ids sent, in order. ``dispatch = fifo`` sends at submit instead: nothing here."""
+    """Release as many queued jobs as there are free worker slots, fairly, and ``send`` each
+    one's task (``synattn_jobs.worker.sender``); the ids sent, in order. ``dispatch = fifo``
+    sends at submit instead, and the Slurm executor submits to Slurm: nothing here."""
     settings = settings or get_settings()
     if settings.dispatch == "fifo" or settings.executor == "slurm":
-        return []  # fifo: sent at submit; slurm: submitted to Slurm at submit
-    if send is None:
-        from synattn_jobs.worker import enqueue
-
-        def send(job_id: str, kind: str) -> None:
-            enqueue(job_id, kind, store.processes([job_id]).get(job_id, 1))
-
+        return []
     sent: list[str] = []
     for kind in kinds:
         released = store.release_next(

@@ -3,3 +3,8 @@
 
 class BadJobSpec(ValueError):
     """A job or experiment specification that cannot run: bad path, unknown variant, ..."""
+
+
+class Cancelled(Exception):
+    """A running job stopped between updates because it was asked to (its cancel flag, a
+    worker's shutdown, Slurm's signal); it saved a resume point first."""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from synattn_jobs.errors import Cancelled
 from synattn_jobs.settings import get_settings
 from synattn_jobs.specs import ParseJobSpec, StoredTrainSpec, TrainJobSpec
 
@@ -20,12 +21,10 @@ if TYPE_CHECKING:  # the trainer (torch) is imported when a job runs, not with t
     from synattn_trainer.config import TrainConfig
     from synattn_trainer.train import TrainResult
 
+__all__ = ["Cancelled", "run_parse", "run_train"]  # Cancelled: where it was first defined
+
 Progress = Callable[[dict[str, Any]], None]
 ShouldStop = Callable[[], bool]
-
-
-class Cancelled(Exception):
-    """The job's cancel flag was seen between steps."""
 
 
 def median_tokens_per_s(metrics: Path) -> float | None:

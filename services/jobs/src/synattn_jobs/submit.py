@@ -41,7 +41,7 @@ def _queue(store: JobStore, settings: JobSettings, jobs: list[Job]) -> None:
 
         submit_all(store, settings, jobs)
         return
-    from synattn_jobs.worker import enqueue
+    from synattn_jobs.worker import enqueue, sender
 
     if settings.dispatch == "fifo":
         for job in jobs:
@@ -49,7 +49,7 @@ def _queue(store: JobStore, settings: JobSettings, jobs: list[Job]) -> None:
         return
     from synattn_jobs.dispatch import dispatch
 
-    dispatch(store, settings, kinds=sorted({j.kind for j in jobs}))
+    dispatch(store, settings, kinds=sorted({j.kind for j in jobs}), send=sender(store))
 
 
 def _private(settings: JobSettings) -> tuple[Path, ...]:

@@ -44,9 +44,8 @@ from kombu.entity import Queue
 from pydantic import ValidationError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from synattn_jobs.errors import BadJobSpec
+from synattn_jobs.errors import BadJobSpec, Cancelled
 from synattn_jobs.failure import failure_text
-from synattn_jobs.runners import Cancelled
 from synattn_jobs.settings import JobSettings, get_settings
 from synattn_jobs.specs import MAX_PROCESSES, ParseJobSpec, StoredTrainSpec, TrainJobSpec
 from synattn_jobs.store import JobState, JobStore
@@ -302,11 +301,20 @@ def register_tasks(app: Celery) -> None:
     add_shard_task(app)
 
 
+def sender(jobs: JobStore) -> Callable[[str, str], None]:
+    """What the fair dispatcher sends a released job with: its task, to its queue."""
+
+    def send(job_id: str, kind: str) -> None:
+        enqueue(job_id, kind, jobs.processes([job_id]).get(job_id, 1))
+
+    return send
+
+
 def dispatch_now() -> list[str]:
     """Release queued jobs to free worker slots (fair share; ``synattn_jobs.dispatch``)."""
     from synattn_jobs.dispatch import dispatch
 
-    return dispatch(store(), get_settings())
+    return dispatch(store(), get_settings(), send=sender(store()))
 
 
 def reap_once() -> list[str]:

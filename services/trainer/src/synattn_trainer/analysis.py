@@ -18,9 +18,9 @@ from synattn_trainer.config import DecodeConfig
 from synattn_trainer.data import Corpus, load_corpus, make_batch, token_batches
 from synattn_trainer.decode import translate_corpus
 from synattn_trainer.evaluate import corpus_bleu
+from synattn_trainer.loading import load_model
 from synattn_trainer.model import Transformer
 from synattn_trainer.tokenizer import EOS_ID, PAD_ID, load_tokenizer
-from synattn_trainer.train import load_model
 
 
 def _batches(model: Transformer, corpus: Corpus, max_tokens: int = 2048):  # type: ignore[no-untyped-def]

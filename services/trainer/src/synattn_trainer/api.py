@@ -187,8 +187,8 @@ def load(
             library version, constituency source, feature options); the message says which.
     """
     from synattn_trainer.checkpoint import checkpoint_file_error
+    from synattn_trainer.loading import load_model
     from synattn_trainer.tokenizer import load_tokenizer
-    from synattn_trainer.train import load_model
 
     path = Path(checkpoint)
     if (bad := checkpoint_file_error(path)) is not None:

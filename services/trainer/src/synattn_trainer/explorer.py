@@ -86,7 +86,7 @@ class ExplorerCache:
 
     def model(self, checkpoint: Path) -> tuple[Loaded, bool]:
         """The run's model (and whether it was already loaded)."""
-        from synattn_trainer.train import load_model
+        from synattn_trainer.loading import load_model
 
         def build() -> Loaded:
             model, cfg = load_model(checkpoint)

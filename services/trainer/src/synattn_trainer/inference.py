@@ -12,8 +12,8 @@ import torch
 from synattn_trainer.checkpoint import checkpoint_file_error
 from synattn_trainer.data import load_corpus, make_batch
 from synattn_trainer.decode import forced_scores, translate_corpus
+from synattn_trainer.loading import load_model
 from synattn_trainer.tokenizer import load_tokenizer
-from synattn_trainer.train import load_model
 
 
 def _device() -> torch.device:

@@ -842,24 +842,3 @@ class Trainer:
         target = self.out / FINAL_NAMES[kind]
         ck.atomic_save(state, target)
         return target
-
-
-def load_model(
-    path: str | Path, device: torch.device | None = None
-) -> tuple[Transformer, TrainConfig]:
-    """A model from a checkpoint or an averaged file, in eval mode.
-
-    Raises:
-        BadFile: ``path`` is not a synattn model file (``checkpoint.read_checkpoint``).
-    """
-    state = ck.read_checkpoint(path, device or "cpu")
-    check_recorded(state.get(PLUGINS_KEY), f"checkpoint {path}")
-    cfg = TrainConfig.model_validate(state["config"])
-    model = Transformer(cfg, state["vocab_size"])
-    model.load_state_dict(state["model"])
-    model.eval()
-    if device is not None:
-        model.to(device)
-        if device.type == "cuda":
-            use_cudnn_attention(cfg.train.cudnn_attention)
-    return model, cfg

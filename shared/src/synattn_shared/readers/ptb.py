@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from synattn_shared.errors import SyntaxInputError
 from synattn_shared.records import SentenceRecord
-from synattn_shared.syntax.trees import bracket, normalise_tree
+from synattn_shared.syntax.trees import MAX_TREE_DEPTH, bracket, parse_tree
+
+__all__ = ["MAX_TREE_DEPTH", "parse_tree", "read_ptb", "read_ptb_text", "split_brackets"]
 from synattn_shared.textfile import read_text
-
-if TYPE_CHECKING:  # nltk loads scipy.stats (1-2 s): imported where a tree is built
-    import nltk
-
-# nltk refuses trees deeper than 500 by default; real right-branching 500-word parses get there.
-MAX_TREE_DEPTH = 2000
 
 
 def split_brackets(text: str, source: str = "<string>") -> Iterator[tuple[int, str]]:
@@ -63,30 +58,6 @@ def split_brackets(text: str, source: str = "<string>") -> Iterator[tuple[int, s
             line=start_line,
             sentence=count + 1,
         )
-
-
-def parse_tree(
-    text: str, *, source: str = "<string>", line: int = 1, sentence: int | str = 1
-) -> nltk.Tree:
-    """Parse and normalise one bracketed tree, with a located error on failure."""
-    import nltk
-    import nltk.tree.tree as nltk_tree
-
-    nltk_tree.MAX_TREE_DEPTH = max(nltk_tree.MAX_TREE_DEPTH, MAX_TREE_DEPTH)
-    try:
-        tree = nltk.Tree.fromstring(text, remove_empty_top_bracketing=False)
-    except ValueError as exc:
-        raise SyntaxInputError(
-            f"malformed tree: {exc}", source=source, line=line, sentence=sentence
-        ) from exc
-    if not isinstance(tree, nltk.Tree) or not tree.leaves():
-        raise SyntaxInputError(
-            "empty tree (no words)", source=source, line=line, sentence=sentence
-        )
-    try:
-        return normalise_tree(tree)
-    except ValueError as exc:
-        raise SyntaxInputError(str(exc), source=source, line=line, sentence=sentence) from exc
 
 
 def read_ptb_text(text: str, source: str = "<string>") -> Iterator[SentenceRecord]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, TypeAlias
 
+from synattn_shared.errors import SyntaxInputError
+
 if TYPE_CHECKING:  # nltk loads scipy.stats (1-2 s): imported where a tree is built
     import nltk
 
@@ -159,3 +161,31 @@ def bracket(tree: nltk.Tree) -> str:
         if out[pos] in PTB_ESCAPE:
             out[pos] = PTB_ESCAPE[out[pos]]
     return str(out.pformat(margin=1 << 30))
+
+
+# nltk refuses trees deeper than 500 by default; real right-branching 500-word parses get there.
+MAX_TREE_DEPTH = 2000
+
+
+def parse_tree(
+    text: str, *, source: str = "<string>", line: int = 1, sentence: int | str = 1
+) -> nltk.Tree:
+    """Parse and normalise one bracketed tree, with a located error on failure."""
+    import nltk
+    import nltk.tree.tree as nltk_tree
+
+    nltk_tree.MAX_TREE_DEPTH = max(nltk_tree.MAX_TREE_DEPTH, MAX_TREE_DEPTH)
+    try:
+        tree = nltk.Tree.fromstring(text, remove_empty_top_bracketing=False)
+    except ValueError as exc:
+        raise SyntaxInputError(
+            f"malformed tree: {exc}", source=source, line=line, sentence=sentence
+        ) from exc
+    if not isinstance(tree, nltk.Tree) or not tree.leaves():
+        raise SyntaxInputError(
+            "empty tree (no words)", source=source, line=line, sentence=sentence
+        )
+    try:
+        return normalise_tree(tree)
+    except ValueError as exc:
+        raise SyntaxInputError(str(exc), source=source, line=line, sentence=sentence) from exc

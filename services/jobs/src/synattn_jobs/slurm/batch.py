@@ -27,9 +27,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from synattn_jobs.errors import BadJobSpec
+from synattn_jobs.errors import BadJobSpec, Cancelled
 from synattn_jobs.failure import failure_text
-from synattn_jobs.runners import Cancelled
 from synattn_jobs.settings import get_settings
 from synattn_jobs.slurm import commands, ledger
 from synattn_jobs.specs import ParseJobSpec, StoredTrainSpec, TrainJobSpec

@@ -17,24 +17,30 @@ def sync(
     each job whose Slurm job ended, vanished or went silent settled (requeued, submitted
     anew, failed or cancelled). The job API and running jobs do this on their own; this is
     for a cluster where neither runs."""
-    from synattn_jobs.cli import _store, fail
     from synattn_jobs.settings import get_settings
     from synattn_jobs.slurm.commands import SlurmError
     from synattn_jobs.slurm.executor import reconcile_once
+    from synattn_jobs.store import JobStore
 
     settings = get_settings()
     if settings.executor != "slurm":
-        raise fail("SYNATTN_EXECUTOR is not slurm: synattn's own workers run these jobs")
-    store = _store()
+        raise _fail("SYNATTN_EXECUTOR is not slurm: synattn's own workers run these jobs")
+    store = JobStore(settings.database_url)
     while True:
         try:
             for line in reconcile_once(store, settings):
                 print(line, flush=True)
         except SlurmError as exc:
-            raise fail(f"Slurm: {exc}", code=1) from None
+            raise _fail(f"Slurm: {exc}", code=1) from None
         if every is None:
             return
         time.sleep(every)
+
+
+def _fail(reason: str, code: int = 2) -> typer.Exit:
+    """One line on stderr and the exit status (as the rest of the CLI does)."""
+    typer.echo(f"error: {reason}", err=True)
+    return typer.Exit(code=code)
 
 
 def register(app: typer.Typer) -> None:
