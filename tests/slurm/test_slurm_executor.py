@@ -123,3 +123,25 @@ def test_two_processes_on_one_node_and_one_on_each_of_two_nodes_train_alike(
     a, b = model(jobs[0].result["checkpoint"]), model(jobs[1].result["checkpoint"])
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_a_parse_job_runs_in_the_parse_partition(slurm: SlurmEnv) -> None:
+    """Parse jobs are Slurm jobs too, in a partition of their own
+    (``SYNATTN_SLURM_PARSE_PARTITION``), with Slurm's output beside no dataset."""
+    import subprocess
+
+    slurm.vars["SYNATTN_SLURM_PARSE_PARTITION"] = "parse"
+    src = slurm.root / f"slurm-parse-{slurm.home.parent.name}.en"
+    src.write_text("A dog runs .\nTwo men play chess in a park .\n", encoding="utf-8")
+    out = slurm.root / "parsed" / f"slurm-{slurm.home.parent.name}"
+    job_id = slurm.cli("submit", "parse", "--src", str(src), "--out", str(out),
+                       "--rows-per-shard", "1").stdout.strip()  # fmt: skip
+    slurm_job = slurm.slurm_job(job_id)
+    ask = ["squeue", "-h", "--states=all", "-j", slurm_job, "-o", "%P"]
+    part = subprocess.run(ask, env=slurm.env, capture_output=True, text=True).stdout.strip()
+    assert part == "parse"
+    job = settled(slurm, job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
+    assert job.state == "succeeded", job.error
+    assert job.result["rows"] == 2 and (out / "manifest.json").is_file()
+    assert not (out / "slurm").exists()
+    assert list((slurm.root / "runs" / "slurm" / job_id).glob(f"slurm-{slurm_job}.out"))
