@@ -1,6 +1,7 @@
 """One identity between the command line and the dashboard, in a real browser against a real job
 API (nothing trains): what the CLI submits with ``SYNATTN_TOKEN`` shows in that user's
-dashboard, and an admin's dashboard shows every job's and experiment's owner."""
+dashboard, and an admin's dashboard shows every job's and experiment's owner (and, for a job
+the Slurm executor submitted, Slurm's id, state and reason)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,20 @@ def test_cli_jobs_show_in_their_users_dashboard_and_an_admin_sees_owners(
         )
         assert sorted(exp_owners) == ["local", "tester"]
         assert_own_origin(browser, base)
+
+        # under the Slurm executor a waiting job's row says Slurm's id, state and reason
+        from synattn_jobs.slurm import ledger
+
+        store = env.store()
+        job = next(iter(store.jobs()))
+        ledger.submitted(store, job.id, "4242")
+        ledger.note(store, job.id, "4242", "PENDING", "Priority")
+        browser.refresh()
+        wait_for(
+            browser,
+            "[...document.querySelectorAll('#jobs tbody tr')].some("
+            "(tr) => tr.textContent.includes('Slurm 4242 PENDING (Priority)'))",
+        )
         for job in env.store().jobs():  # their event streams end, so the API may stop
             env.store().request_cancel(job.id)
         wait_for(

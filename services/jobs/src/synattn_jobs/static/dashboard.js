@@ -85,6 +85,8 @@ function progressText(job) {
   const parts = [];
   const done = TERMINAL.has(job.state);
   if (job.state === "queued" && positions.has(job.id)) parts.push(`position ${positions.get(job.id)} in the ${job.kind} queue`);
+  // the Slurm executor: Slurm's job id, its state and why it waits ("Slurm 1234 PENDING (Priority)")
+  if (job.slurm_job && !done) parts.push(`Slurm ${job.slurm_job} ${job.slurm_state || ""}${job.slurm_reason ? ` (${job.slurm_reason})` : ""}`.trim());
   // a finished job says so, not the last phase it went through ("translate valid (average)")
   const word = job.state === "succeeded" ? "finished" : job.state;
   if (done && !(job.error || "").startsWith(word)) parts.push(word); // "cancelled at update 40"
