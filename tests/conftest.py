@@ -4,10 +4,19 @@ paths to ../shared/data."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 import sys
 from pathlib import Path
 from types import ModuleType
+
+# One compute thread per test process, set before torch is first imported: the suite runs two
+# pytest-xdist workers on two cores, and two torch processes of two OpenMP threads each
+# (their default there) spin against each other; a 3-second test took 50 in the full suite.
+# Subprocesses inherit it; a test that wants threads sets them itself.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 
 import nltk
 import pytest
