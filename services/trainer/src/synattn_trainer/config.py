@@ -12,15 +12,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-AttentionType = Literal["enc_self", "dec_self", "enc_dec"]
-ATTENTION_TYPES: tuple[AttentionType, ...] = ("enc_self", "dec_self", "enc_dec")
+from synattn_trainer.config_base import (
+    ATTENTION_TYPES,
+    AttentionType,
+    ModelConfig,
+    Strict,
+    VariantSpec,
+)
 
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
+__all__ = [  # the base parts are imported from here too
+    "ATTENTION_TYPES",
+    "AttentionType",
+    "ModelConfig",
+    "Strict",
+    "TrainConfig",
+    "VariantSpec",
+]
 
 EXECUTION_ONLY: dict[str, Any] = {"execution_only": True}
 """``json_schema_extra`` of a setting that changes how a run executes, not what it computes
@@ -48,61 +57,6 @@ class DataConfig(Strict):
         description="append </s> to the source (fairseq, THUMT); the fixed-pattern paper "
         "(OpenNMT-py) had none, so its presets set false (docs/papers/index.md, 'Source </s>')",
     )
-
-
-class ModelConfig(Strict):
-    """Transformer encoder-decoder shape (defaults: ``examples/configs/m30k-small.yaml``)."""
-
-    enc_layers: int = Field(3, ge=1)
-    dec_layers: int = Field(3, ge=1)
-    d_model: int = Field(256, ge=8)
-    d_ff: int = Field(1024, ge=8)
-    heads: int = Field(8, ge=1)
-    enc_heads: int | None = Field(
-        None,
-        ge=1,
-        description="encoder self-attention heads (default: heads; 1 = the 1L baseline)",
-    )
-    norm: Literal["pre", "post"] = "post"
-    final_norm: bool = False  # a LayerNorm after each stack (usual with pre-norm)
-    tie_embeddings: bool = True  # source, target and output share one matrix (joint vocabulary)
-    output_bias: bool = False
-    dropout: float = Field(0.3, ge=0, lt=1)
-    attn_dropout: float = Field(0.1, ge=0, lt=1)
-    relu_dropout: float = Field(0.0, ge=0, lt=1)
-    max_positions: int = Field(1024, ge=8, le=1_000_000)
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> ModelConfig:
-        for n in (self.heads, self.enc_heads or self.heads):
-            if self.d_model % n:
-                raise ValueError(f"d_model {self.d_model} is not divisible by heads {n}")
-        return self
-
-    def encoder_view(self) -> ModelConfig:
-        """The shape the encoder's self-attention sees (its own head count)."""
-        if self.enc_heads is None or self.enc_heads == self.heads:
-            return self
-        return self.model_copy(update={"heads": self.enc_heads, "enc_heads": None})
-
-
-class VariantSpec(Strict):
-    """One variant applied to some layers of one attention type.
-
-    ``layers``: indices, ``all``, or ``lower_half`` (layers ``0 .. ceil(L/2) - 1`` of its
-    stack: Yang et al.'s localness on the lower layers, scaled to any depth)."""
-
-    name: str = "vanilla"
-    layers: list[int] | Literal["all", "lower_half"] = "all"
-    options: dict[str, Any] = Field(default_factory=dict)
-
-    def covers(self, layer: int, depth: int) -> bool:
-        """Whether this spec applies to ``layer`` of a stack of ``depth`` layers."""
-        if self.layers == "all":
-            return True
-        if self.layers == "lower_half":
-            return layer < (depth + 1) // 2
-        return layer in self.layers
 
 
 class OptimConfig(Strict):
@@ -270,7 +224,12 @@ class TrainConfig(Strict):
     def _variants_fit(self) -> TrainConfig:
         """Every variant names a layer that exists and options that can run there (the same
         check the trainer makes, done without torch so the job API can make it at submit)."""
-        from synattn_trainer.variant_options import check_composition, variant_options
+        from synattn_trainer.presets import unknown_variant
+        from synattn_trainer.variant_options import (
+            UnknownVariant,
+            check_composition,
+            variant_options,
+        )
 
         for kind, specs in self.attention.items():
             depth = self.model.enc_layers if kind == "enc_self" else self.model.dec_layers
@@ -283,7 +242,10 @@ class TrainConfig(Strict):
                         f"attention.{kind}: variant {spec.name!r} names layers {bad}; "
                         f"this model has layers 0..{depth - 1}"
                     )
-                variant_options(spec, view, kind)
+                try:
+                    variant_options(spec, view, kind)
+                except UnknownVariant as exc:  # a preset's name is told how to name it
+                    raise ValueError(unknown_variant(exc.name)) from None
             for layer in range(depth):
                 check_composition(self.variants_for(kind, layer), view, kind, layer)
         m = self.model
@@ -353,7 +315,7 @@ def resolve_config(
     raw: dict[str, Any], base: Path, overrides: dict[str, Any] | None = None
 ) -> TrainConfig:
     """The configuration of a raw mapping plus overrides; relative data paths against ``base``."""
-    from synattn_trainer.plugins import load_plugins
+    from synattn_trainer.plugin_registry import load_plugins
 
     load_plugins()  # a broken or clashing plugin install: its own line, before pydantic's
     raw = copy.deepcopy(raw)

@@ -18,7 +18,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, cast
 
-from synattn_trainer.plugins import PluginAware
+from synattn_trainer.plugin_registry import PluginAware
 
 ENC_L0 = {"layers": [0]}
 ALL_TYPES = ("enc_self", "dec_self", "enc_dec")
@@ -209,7 +209,7 @@ def summary(name: str) -> str:
     parts = [f"{'/'.join(ks)}: {specs}" for specs, ks in kinds.items()]
     parts += [f"{k}={_value_text(v)}" for k, v in _leaves(fragment) if k != "attention"]
     text = "; ".join(parts) or "nothing: the plain Transformer"
-    from synattn_trainer.plugins import preset_owner
+    from synattn_trainer.plugin_registry import preset_owner
 
     plugin = preset_owner(name)
     note = NOTES.get(name) or (f"from {plugin.label()}" if plugin else None)
@@ -378,7 +378,7 @@ def _restates(spec: Any, preset_specs: list[dict[str, Any]], kind: str, preset: 
 
 def _normal(spec: dict[str, Any]) -> tuple[Any, ...]:
     """A spec as compared: name, layers, options with their defaults."""
-    from synattn_trainer.config import VariantSpec
+    from synattn_trainer.config_base import VariantSpec
     from synattn_trainer.variant_options import OPTIONS
 
     s = VariantSpec.model_validate(spec)
@@ -392,7 +392,7 @@ def _check_replacements(
     """Refuse a layer where one of the preset's variants and one of the config's both take
     over the attention (or the aggregation), naming both. Anything malformed is skipped:
     the config's own checks report it."""
-    from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
+    from synattn_trainer.config_base import AttentionType, ModelConfig, VariantSpec
     from synattn_trainer.variant_options import variant_options
 
     try:
@@ -424,3 +424,13 @@ def _check_replacements(
                             f"{spec.name!r} (the config's) both replace the {part}; at most "
                             "one variant per layer may: drop one, or drop `preset:`",
                         )
+
+
+def unknown_variant(name: str) -> str:
+    """Why ``name`` is no variant, pointing a preset's name to the ``preset`` key. A variant
+    slot takes no preset: a preset may set several attention types and other sections
+    (``disagreement+routing``, ``8L``), and eight share a variant's name, most with another
+    placement (preset ``dea`` is DEA on layer 0, variant ``dea`` on every layer)."""
+    from synattn_trainer.variant_options import unknown_variant_text
+
+    return unknown_variant_text(name, preset=name in VARIANTS)

@@ -470,8 +470,9 @@ def check_variant(name: str, options: dict[str, Any] | None = None,
     """
     from synattn_trainer.data import load_corpus
     from synattn_trainer.encoded import ensure_cache
+    from synattn_trainer.presets import unknown_variant
     from synattn_trainer.tokenizer import load_tokenizer
-    from synattn_trainer.variant_options import OPTIONS, unknown_variant
+    from synattn_trainer.variant_options import OPTIONS
 
     if name not in OPTIONS:
         raise ValueError(unknown_variant(name))

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from synattn_shared.defaults import LP_OUTSIDE, RP_CLIP, SLA_M, SLR_TAU
 from synattn_shared.errors import validation_line
 from synattn_shared.syntax.phrase import LpOutside
-from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
-from synattn_trainer.plugins import PluginAware
+from synattn_trainer.config_base import AttentionType, ModelConfig, VariantSpec
+from synattn_trainer.plugin_registry import PluginAware
 
 Heads = list[int] | Literal["all"]
 
@@ -265,7 +265,7 @@ def variant_options(
             message names the variant and the attention type).
     """
     if spec.name not in OPTIONS:
-        raise ValueError(unknown_variant(spec.name))
+        raise UnknownVariant(spec.name)
     try:
         config = OPTIONS[spec.name].model_validate(spec.options)
         config.check_placement(model, kind)
@@ -276,19 +276,24 @@ def variant_options(
     return config
 
 
-def unknown_variant(name: str) -> str:
-    """Why ``name`` is no variant, pointing a preset's name to the ``preset`` key. A variant
-    slot takes no preset: a preset may set several attention types and other sections
-    (``disagreement+routing``, ``8L``), and eight share a variant's name, most with another
-    placement (preset ``dea`` is DEA on layer 0, variant ``dea`` on every layer)."""
-    from synattn_trainer.presets import VARIANTS
+class UnknownVariant(ValueError):
+    """A name no variant has. The configuration (``synattn_trainer.config``), which knows the
+    presets too, turns it into ``presets.unknown_variant``'s message: a preset's name in a
+    variant slot is told how to name it."""
 
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(unknown_variant_text(name))
+
+
+def unknown_variant_text(name: str, preset: bool = False) -> str:
+    """Why ``name`` is no variant: the known ones, and either that ``name`` is a preset
+    (``preset``) or that a plugin's variant needs its plugin installed."""
     why = f"unknown attention variant {name!r}; known: {', '.join(OPTIONS)}"
-    if name in VARIANTS:
-        why += f"; {name!r} is a preset: write `preset: {name}` at the top of the config"
-    else:  # a plugin's variant, where that plugin is not installed (docs/plugins.md)
-        why += "; a plugin's variant needs its plugin installed (synattn variants list)"
-    return why
+    if preset:
+        return why + f"; {name!r} is a preset: write `preset: {name}` at the top of the config"
+    # a plugin's variant, where that plugin is not installed (docs/plugins.md)
+    return why + "; a plugin's variant needs its plugin installed (synattn variants list)"
 
 
 def check_composition(

@@ -53,8 +53,9 @@ def variants_check(
     import yaml
 
     from synattn_trainer.plugins import PluginError, load_plugins
+    from synattn_trainer.presets import unknown_variant
     from synattn_trainer.variant_check import check_variant
-    from synattn_trainer.variant_options import OPTIONS, unknown_variant
+    from synattn_trainer.variant_options import OPTIONS
 
     try:
         plugins = load_plugins()

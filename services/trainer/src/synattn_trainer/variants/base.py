@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
 from synattn_shared.requests import FeatureRequest
-from synattn_trainer.config import AttentionType, ModelConfig, VariantSpec
+from synattn_trainer.config_base import AttentionType, ModelConfig, VariantSpec
 from synattn_trainer.variant_options import OPTIONS, VanillaConfig, VariantConfig, variant_options
 
 
@@ -192,13 +192,45 @@ def build_variant(
         ValueError: unknown name or invalid options (the message names both).
     """
     config = variant_options(spec, model, kind, f"{kind} layer {layer}")
-    if spec.name in REGISTRY:
-        cls = REGISTRY[spec.name][0]
-    else:  # a plugin's variant: its class is imported and registered on first use
-        from synattn_trainer.plugins import implementation
-
-        cls = implementation(spec.name)
+    # a plugin's variant is not in REGISTRY until its class is first imported and registered
+    cls = REGISTRY[spec.name][0] if spec.name in REGISTRY else plugin_class(spec.name)
     return cls(config, model, kind, layer)
+
+
+def plugin_class(variant: str) -> type[AttentionVariant]:
+    """A plugin variant's class, imported and registered (``register``) on first use.
+
+    Raises:
+        PluginError: no plugin declares ``variant``, or its class cannot be imported or is no
+            ``AttentionVariant``.
+    """
+    import importlib
+
+    from synattn_trainer.plugin_registry import WHERE, PluginError, _lock, owner
+
+    p = owner(variant)
+    if p is None:
+        raise PluginError(f"no plugin declares variant {variant!r} ({WHERE})")
+    with _lock:
+        if variant in REGISTRY:
+            return REGISTRY[variant][0]
+        decl = p.variants[variant]
+        cls: Any = decl.implementation
+        if isinstance(cls, str):
+            module, _, attr = cls.partition(":")
+            try:
+                cls = getattr(importlib.import_module(module), attr)
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                raise PluginError(f"plugin {p.name!r}: variant {variant!r}: cannot import "
+                                  f"{decl.implementation}: {why}") from None  # fmt: skip
+        if not (isinstance(cls, type) and issubclass(cls, AttentionVariant)):
+            raise PluginError(
+                f"plugin {p.name!r}: variant {variant!r}: {cls!r} is not an "
+                "AttentionVariant subclass"
+            )
+        register(variant, decl.options)(cls)
+        return cls
 
 
 class Composite(AttentionVariant):
