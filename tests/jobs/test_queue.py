@@ -61,6 +61,33 @@ def test_parse_job_over_redis(over_redis: Env, m30k: dict[str, Path]) -> None:
     assert job.state == "succeeded", job.error
     assert job.result["rows"] == 2 and job.result["shards"] == 2
     assert (out / "manifest.json").is_file()
+    # a Latin-1 corpus: refused at submit with its line and both fixes, run with --encoding
+    latin = over_redis.root / "parse-src-latin1.en"
+    latin.write_bytes("A dog runs .\nGrüße from Köln .\n".encode("latin-1"))
+    bad = over_redis.cli("submit", "parse", "--src", str(latin), "--out", str(out) + "-l",
+                         check=False)  # fmt: skip
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "line 2" in bad.stderr and "--encoding" in bad.stderr
+    job_id = over_redis.cli("submit", "parse", "--src", str(latin), "--out", str(out) + "-l",
+                            "--encoding", "latin-1").stdout.strip()  # fmt: skip
+    job = over_redis.wait(job_id, {"succeeded", "failed"}, timeout=120)
+    assert job.state == "succeeded", job.error
+    assert job.spec["encoding"] == "iso8859-1" and job.result["rows"] == 2
+    unknown = over_redis.cli("submit", "parse", "--src", str(latin), "--out", str(out) + "-x",
+                             "--encoding", "klingon", check=False)  # fmt: skip
+    assert unknown.returncode == 2 and "unknown text encoding 'klingon'" in unknown.stderr
+    rot = over_redis.cli(
+        "submit",
+        "parse",
+        "--src",
+        str(latin),
+        "--out",
+        str(out) + "-x",
+        "--encoding",
+        "rot13",
+        check=False,
+    )  # a codec, but no text encoding
+    assert rot.returncode == 2 and "unknown text encoding 'rot13'" in rot.stderr
 
 
 def test_killed_worker_job_resumes_from_its_checkpoint(over_redis: Env) -> None:

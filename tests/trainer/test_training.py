@@ -277,3 +277,27 @@ def test_length_bins_follow_the_spec() -> None:
     refs = ["a b c"] * 60 + [" ".join(["w"] * 13)] * 3
     rows = bleu_by_length(refs, refs, MULTI30K_BINS)
     assert [(b, n, ok) for b, n, _, ok in rows] == [("[0,8)", 60, True), ("[12,16)", 3, False)]
+
+
+@pytest.mark.parametrize("damaged", ["ckpt-00000004.pt", "resume.pt"])
+def test_a_run_resumed_from_a_damaged_checkpoint_is_refused_naming_it(
+    m30k: dict[str, Path], tmp_path: Path, damaged: str
+) -> None:
+    """``synattn train --out RUN`` over a run folder whose newest checkpoint (or resume point)
+    was cut short: exit 2 and one line naming the file and saying what to do, not a
+    traceback from inside torch."""
+    import yaml
+
+    cfg = tiny_config(m30k, train={"max_updates": 4, "checkpoint_every_updates": 2,
+                                   "average_last": 1})  # fmt: skip
+    run = tmp_path / "run"
+    Trainer(cfg, run, progress=False).train()
+    target = run / "checkpoints" / damaged
+    good = (run / "checkpoints" / "ckpt-00000004.pt").read_bytes()
+    target.write_bytes(good[: len(good) // 2])
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
+    res = trainer_cli("train", str(path), "--out", str(run), status=2)
+    lines = [x for x in res.output.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in res.output, res.output
+    assert target.name in lines[0] and "delete it to resume from the one before" in lines[0]

@@ -21,14 +21,18 @@ ENCODING_FIX = "convert it to UTF-8 (iconv -f LATIN1 -t UTF-8 FILE > NEW)"
 
 
 def check_encoding(encoding: str) -> str:
-    """``encoding``'s Python name; ``ValueError`` for one Python does not know."""
+    """``encoding``'s Python name; ``ValueError`` for one Python does not know, or for a codec
+    that is no text encoding (``rot13``, ``base64``, ``zlib``: files cannot be read in it)."""
     try:
-        return codecs.lookup(encoding).name
-    except LookupError:
+        info = codecs.lookup(encoding)
+    except (LookupError, ValueError, TypeError):
+        info = None
+    if info is None or not getattr(info, "_is_text_encoding", True):
         raise ValueError(
             f"unknown text encoding {encoding!r}; use a Python codec name such as utf-8, "
             "latin-1 or cp1252"
         ) from None
+    return info.name
 
 
 def open_text(path: str | Path, encoding: str = "utf-8") -> io.TextIOBase:

@@ -152,6 +152,9 @@ def submit_parse_cmd(
     rows_per_shard: int = 10_000,
     name: str | None = None,
     priority: Annotated[int, typer.Option(min=-1000, max=1000, help="orders your jobs")] = 0,
+    encoding: Annotated[
+        str, typer.Option(help="text encoding of --src and --tgt (a Python codec name)")
+    ] = "utf-8",
 ) -> None:
     """Queue a parse job (a corpus into Parquet shards)."""
     from synattn_jobs.submit import submit_parse
@@ -160,7 +163,7 @@ def submit_parse_cmd(
         spec = ParseJobSpec(
             src=str(src.resolve()), tgt=str(tgt.resolve()) if tgt else None,
             out=str(out.resolve()), backend=backend, limit=limit, workers=workers,
-            rows_per_shard=rows_per_shard,
+            rows_per_shard=rows_per_shard, encoding=encoding,
         )  # fmt: skip
         store = _store()
         job = submit_parse(store, get_settings(), spec, name, _owner(store), priority)

@@ -232,5 +232,6 @@ def run_parse(
         Path(spec.src), Path(spec.out), tgt=Path(spec.tgt) if spec.tgt else None,
         backend=spec.backend, workers=spec.workers, rows_per_shard=spec.rows_per_shard,
         pretokenized=spec.pretokenized, limit=spec.limit, on_shard=on_shard,
+        encoding=spec.encoding,
     )  # fmt: skip
     return {"out": spec.out, "rows": manifest.rows, "shards": len(manifest.shards), **done}

@@ -55,6 +55,27 @@ class ParseJobSpec(Spec):
     workers: int = Field(1, ge=1, le=64)
     rows_per_shard: int = Field(10_000, ge=1, le=1_000_000)
     pretokenized: bool = False
+    encoding: str = Field(
+        "utf-8",
+        min_length=1,
+        max_length=40,
+        description="text encoding of src and tgt (a Python codec name: latin-1, cp1252, ...)",
+    )
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        from synattn_shared.textfile import check_encoding
+
+        return check_encoding(value)  # its Python name; an unknown one is refused (422)
+
+    @model_serializer(mode="wrap")
+    def _utf8_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``encoding`` only when not UTF-8: a stored spec of a UTF-8 corpus reads as before."""
+        data: dict[str, Any] = handler(self)
+        if data.get("encoding") == "utf-8":
+            data.pop("encoding")
+        return data
 
 
 class EvalSpec(Spec):
@@ -399,8 +420,8 @@ def no_such_file(what: str, path: str, root: Path) -> BadJobSpec:
     )
 
 
-def check_corpus(what: str, written: str, path: Path, root: Path) -> None:
-    """A corpus a parse job names is a text file whose start decodes as UTF-8
+def check_corpus(what: str, written: str, path: Path, root: Path, encoding: str = "utf-8") -> None:
+    """A corpus a parse job names is a text file whose start decodes as ``encoding``
     (``synattn_shared.textfile.check_text_head``; the worker reads the rest), or ``BadJobSpec``
     naming it with the data root it was resolved against."""
     from synattn_shared.errors import BadFile, path_problem
@@ -411,7 +432,12 @@ def check_corpus(what: str, written: str, path: Path, root: Path) -> None:
     if path.is_file() and path.stat().st_size == 0:
         raise BadJobSpec(f"{what} {written!r}: is empty: no sentences ({root_note(root)})")
     try:
-        check_text_head(path, encoding_fix=ENCODING_FIX)
+        check_text_head(
+            path,
+            encoding,
+            encoding_fix=f"{ENCODING_FIX}, or name its encoding "
+            '(the spec\'s "encoding": "latin-1"; synattn submit parse --encoding)',
+        )
     except BadFile as exc:
         line = "" if exc.line is None else f" line {exc.line}"
         fix = "" if exc.fix is None else f"; {exc.fix}"
@@ -424,11 +450,11 @@ def check_parse_spec(spec: ParseJobSpec, root: Path, private: tuple[Path, ...]) 
     """The spec with every path resolved inside the data root; the source (and target) must
     be text files (``check_corpus``)."""
     src = inside_root(spec.src, root, "src", private)
-    check_corpus("src", spec.src, src, root)
+    check_corpus("src", spec.src, src, root, spec.encoding)
     tgt = None
     if spec.tgt is not None:
         tgt = inside_root(spec.tgt, root, "tgt", private)
-        check_corpus("tgt", spec.tgt, tgt, root)
+        check_corpus("tgt", spec.tgt, tgt, root, spec.encoding)
     out = inside_root(spec.out, root, "out", private)
     if out == root:
         raise BadJobSpec("out must be a folder inside the data root, not the root itself")

@@ -125,16 +125,41 @@ def update_of(path: Path) -> int:
     return int(path.stem.split("-", 1)[1])
 
 
+RESUME_FIX = (
+    "a damaged checkpoint in the run folder (a disk filled, a copy cut short): delete it to "
+    "resume from the one before, or train into another folder"
+)
+
+
+def read_resume_state(
+    path: Path, map_location: str | torch.device | None = "cpu"
+) -> dict[str, Any]:
+    """A run folder's checkpoint read to resume from, or ``BadFile`` naming it and saying
+    what to do: a resumed run never ends in a traceback from deep inside torch."""
+    try:
+        state = read_checkpoint(path, map_location)
+    except BadFile as exc:
+        raise BadFile(path, exc.problem, RESUME_FIX) from None
+    if not isinstance(state.get("update"), int) or "optim" not in state:
+        raise BadFile(path, "not a resume point (a model file without the optimizer and the "
+                      "update it was saved at)", RESUME_FIX)  # fmt: skip
+    return state
+
+
 def resume_point(directory: Path) -> Path | None:
     """Where a run continues: the newer of the last scheduled checkpoint and ``resume.pt``
-    (on a tie ``resume.pt``, written later in the same update, e.g. after the epoch's end)."""
+    (on a tie ``resume.pt``, written later in the same update, e.g. after the epoch's end).
+
+    Raises:
+        BadFile: ``resume.pt`` is damaged (``read_resume_state``).
+    """
     last = latest(directory)
     extra = directory / RESUME_NAME
     if not extra.is_file():
         return last
     if last is None:
         return extra
-    saved = torch.load(extra, map_location="cpu", weights_only=False)["update"]
+    saved = read_resume_state(extra)["update"]
     return extra if saved >= update_of(last) else last
 
 

@@ -108,11 +108,12 @@ def train(
         trainer = Trainer(cfg, out, limit=limit, loader_workers=loader_workers)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
+    from synattn_shared.errors import BadFile
     from synattn_trainer.plugins import PluginMismatch
 
     try:
         result = trainer.train()
-    except PluginMismatch as exc:  # resuming a run made with another plugin version
+    except (PluginMismatch, BadFile) as exc:  # resuming: another plugin version, a damaged file
         raise fail(str(exc)) from None
     console.print(
         f"{out}: stopped ({result.stopped}) at update {result.update}, epoch {result.epoch}; "

@@ -400,7 +400,7 @@ class Trainer(FinalModels):
         last = ck.resume_point(self.ckpt_dir)
         if last is None:
             return False
-        state = torch.load(last, map_location=self.device, weights_only=False)
+        state = ck.read_resume_state(last, self.device)  # damaged: one line naming the file
         check_recorded(state.get(PLUGINS_KEY), f"checkpoint {last}")  # never another method
         self.load_state_dict(state)
         return True
