@@ -52,7 +52,7 @@ def main() -> None:
     torch.set_num_threads(1)
     ckpt = args.checkpoint or latest(REPO / "build/curve/vanilla-s1/checkpoints")
     if ckpt is None or not ckpt.is_file():
-        raise SystemExit("no checkpoint: run bench/learning_curve.py or pass --checkpoint")
+        raise SystemExit("no checkpoint: run synattn study curve or pass --checkpoint")
     ckpt = ckpt.resolve()
     home = Path(tempfile.mkdtemp(prefix="attn-bench-"))
     env = {**os.environ, "SYNATTN_HOME": str(home), "SYNATTN_DATA_ROOT": str(REPO),

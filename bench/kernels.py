@@ -3,7 +3,7 @@
 torch picks its vector kernels (``DEFAULT``, ``AVX2``, ``AVX512``) from the CPU, and
 ``ATEN_CPU_CAPABILITY`` narrows the choice. The kernels round differently, so a run continued
 on a machine with a wider set follows another trajectory unless it is told to use the earlier
-one (``bench/learning_curve.py`` says how); this prints what that costs, or gains. The model and
+one (``synattn study curve`` says how); this prints what that costs, or gains. The model and
 optimiser are the study's (read from m30k-conv.yaml: 3+3 layers, d=128, 8 heads) on real Multi30k
 batches of ~4,096 tokens, timed through ``Trainer.step`` as in ``bench/variants.py``; each
 kernel set runs in its own process (the variable is read when torch loads), interleaved over

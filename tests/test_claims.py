@@ -4,19 +4,18 @@ and must match it."""
 from __future__ import annotations
 
 import json
+from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.conftest import bench_script
-
 REPO = Path(__file__).resolve().parents[1]
 
 
 def claims() -> ModuleType:
-    return bench_script("claims")
+    return import_module("synattn_jobs.study.claims")
 
 
 def test_readme_table_matches_results() -> None:
@@ -24,17 +23,17 @@ def test_readme_table_matches_results() -> None:
     c = claims()
     page = (REPO / "docs" / "study.md").read_text(encoding="utf-8")
     assert c.splice(page, c.render(REPO / "results")) == page, (
-        "docs/study.md's claims tables differ from results/: run python bench/claims.py"
+        "docs/study.md's claims tables differ from results/: run synattn study claims"
     )
     known = c.study_facts(REPO / "results")
     assert c.fill(page, known, "study.md") == page, (
-        "docs/study.md's quoted numbers differ from results/: run python bench/claims.py"
+        "docs/study.md's quoted numbers differ from results/: run synattn study claims"
     )
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert c.fill(readme, known, "README.md") == readme
     summary = c.summary(REPO / "results")
     assert c.splice(readme, summary, c.SUMMARY_BEGIN, c.SUMMARY_END) == readme, (
-        "README.md's claims summary differs from results/: run python bench/claims.py"
+        "README.md's claims summary differs from results/: run synattn study claims"
     )
     assert summary.count("\n| [") == len(c.CLAIMS)  # one line per paper
     assert "[docs/study.md](docs/study.md)" in summary

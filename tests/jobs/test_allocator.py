@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from synattn_jobs import allocator
-from synattn_jobs.cli import worker_env
+from synattn_jobs.local_worker import worker_env
 
 CHILD = """
 import json, resource, torch

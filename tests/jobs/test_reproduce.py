@@ -1,4 +1,4 @@
-"""bench/reproduce.py --publish-only: what lands in results/<experiment>/ for finished runs."""
+"""synattn study run --publish-only: what lands in results/<experiment>/ for finished runs."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,6 @@ import pytest
 import yaml
 
 from synattn_jobs.store import JobStore
-from tests.conftest import bench_script
 
 REPO = Path(__file__).resolve().parents[2]
 RESOLVED = {
@@ -25,11 +25,11 @@ RESOLVED = {
 
 
 def _publish_only(grid: Path, home: Path, results: Path) -> subprocess.CompletedProcess[str]:
-    """``bench/reproduce.py GRID --publish-only`` on a queue under ``home``."""
+    """``synattn study publish GRID`` on a queue under ``home``, from the project folder."""
+    synattn = str(Path(sys.executable).with_name("synattn"))
     return subprocess.run(
-        [sys.executable, str(REPO / "bench" / "reproduce.py"), str(grid), "--publish-only",
-         "--home", str(home), "--results", str(results)],
-        capture_output=True, text=True, timeout=300, env={**os.environ},
+        [synattn, "study", "publish", str(grid), "--home", str(home), "--results", str(results)],
+        capture_output=True, text=True, timeout=300, env={**os.environ}, cwd=REPO,
     )  # fmt: skip
 
 
@@ -68,7 +68,7 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
     assert dea["delta"] == 0.5 and dea["verdict"] == "better"
     assert dea["bootstrap"]["seeds"] == 3 and dea["bootstrap"]["ci95"][0] > 0
     run = json.loads((out / "run.json").read_text())
-    assert run["command"].startswith("python bench/reproduce.py") and len(run["runs"]) == 6
+    assert run["command"].startswith("synattn study run") and len(run["runs"]) == 6
     assert run["budget"]["max_updates"] == 600 and "3+3 layers, d=128" in run["budget"]["model"]
     assert run["hardware"]["cpu_count"] and run["git_commit"][:7].isalnum()
     assert (out / "report.html").is_file()
@@ -80,7 +80,7 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
                            + ["ref.test.txt"])  # fmt: skip
     # publishing again keeps the provenance of the driver that trained the runs, and says who
     # republished; a run published without a driver has no concurrency on record
-    trained = {**run, "command": "python bench/reproduce.py grid.yaml --workers 2 --threads 1",
+    trained = {**run, "command": "synattn study run grid.yaml --workers 2 --threads 1",
                "hardware": {**run["hardware"], "workers": 2}}  # fmt: skip
     (out / "run.json").write_text(json.dumps(trained))
     again = _publish_only(grid, home, results)
@@ -92,7 +92,7 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
 
 
 def _load_reproduce() -> object:
-    return bench_script("reproduce")
+    return import_module("synattn_jobs.study.driver")
 
 
 def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
@@ -183,9 +183,9 @@ def test_a_fresh_checkout_takes_published_runs_as_done_and_trains_only_the_rest(
 
 
 def _segment(start: int, end: int, commit: str, ended_at: float) -> dict[str, Any]:
-    """A stretch a hand-off recorded (bench/study_handoff.py), with what provenance reads."""
+    """A stretch a hand-off recorded (synattn_jobs.study.handoff), with what provenance reads."""
     return {"from_update": start, "to_update": end, "wall_s": 1.0, "ended_at": ended_at,
-            "command": "python bench/reproduce.py s.yaml", "git_commit": commit}  # fmt: skip
+            "command": "synattn study run s.yaml", "git_commit": commit}  # fmt: skip
 
 
 def test_provenance_lists_every_commit_the_runs_trained_under() -> None:
@@ -304,7 +304,7 @@ def test_a_terminated_driver_leaves_through_its_cleanup() -> None:
 
 @pytest.fixture
 def study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, JobStore, int]:
-    """bench/reproduce.py loaded over a fresh queue, and an empty study experiment on it."""
+    """synattn study run loaded over a fresh queue, and an empty study experiment on it."""
     db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
     monkeypatch.setenv("SYNATTN_DATABASE_URL", db)
     repro = _load_reproduce()

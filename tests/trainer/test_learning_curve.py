@@ -1,17 +1,17 @@
-"""bench/learning_curve.py on a fresh checkout: points written, checkpoints gone (build/)."""
+"""synattn study curve on a fresh checkout: points written, checkpoints gone (build/)."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import sys
+from importlib import import_module
 from pathlib import Path
 
 import pytest
 import yaml
 
 from synattn_shared.manifest import sha256_file
-from tests.conftest import bench_script
 from tests.trainer.conftest import tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def test_points_without_a_checkpoint_stop_the_run_unless_it_restarts(
     and append a second copy of every point: the command stops with a one-line reason that
     names ``--restart``; with it the old records move to ``previous/``, no longer drawn, and
     the curve starts again from one trajectory."""
-    lc = bench_script("learning_curve")
+    lc = import_module("synattn_jobs.study.curve")
     monkeypatch.setattr(lc, "REPO", tmp_path)
     raw = tiny_config(m30k).model_dump(mode="json")
     raw["data"]["test"] = str(m30k["valid"])
@@ -77,7 +77,7 @@ def test_a_converged_curve_is_left_as_it_is(
 ) -> None:
     """Once a curve has met its patience, the command says so and exits without loading a
     corpus or touching the record (its handed-off state may have been removed since)."""
-    lc = bench_script("learning_curve")
+    lc = import_module("synattn_jobs.study.curve")
     results = tmp_path / "curve"
     results.mkdir()
     points = [_point(500), _point(1000), {"update": 1500, "valid_bleu": 0.5, "test_bleu": 1.0}]
@@ -115,7 +115,7 @@ def test_a_hand_off_needs_a_directory_outside_git(
     """``--hand-off`` needs ``--hand-off-dir``, and the directory may not be one git would
     commit (a checkpoint in git history is paid by every clone forever): a one-line reason,
     before anything is loaded or written."""
-    lc = bench_script("learning_curve")
+    lc = import_module("synattn_jobs.study.curve")
     results = tmp_path / "curve"
     monkeypatch.setattr(sys, "argv", ["learning_curve.py", "--results", str(results), "--home",
                                       str(tmp_path / "home"), *extra])  # fmt: skip
@@ -131,7 +131,7 @@ def test_a_converged_curve_from_before_the_hand_off_dir_still_loads(
     """The published curves handed off into ``results/learning-curve/state/`` (deleted once
     converged) keep loading: with or without a ``--hand-off-dir`` the command says the curve
     converged, and the plot is drawn from the record."""
-    lc = bench_script("learning_curve")
+    lc = import_module("synattn_jobs.study.curve")
     results = tmp_path / "curve"
     results.mkdir()
     points = [_point(500), _point(1000), {"update": 1500, "valid_bleu": 0.5, "test_bleu": 1.0}]
@@ -154,7 +154,7 @@ def test_a_converged_curve_from_before_the_hand_off_dir_still_loads(
 def test_set_aside_keeps_every_earlier_curve(tmp_path: Path) -> None:
     """A second restart keeps the first set-aside curve: each gets the next free number, and
     another system's curve stays where it is."""
-    lc = bench_script("learning_curve")
+    lc = import_module("synattn_jobs.study.curve")
     assert lc.resume_gap(tmp_path / "x-s1.json", [], resumed=False) is None
     assert lc.resume_gap(tmp_path / "x-s1.json", [_point(500)], resumed=True) is None
     other = tmp_path / "y-s1.json"
@@ -179,7 +179,7 @@ def test_a_handed_off_state_continues_the_curve_exactly_on_a_fresh_checkout(
     digests into the record; on a checkout without ``--home`` the same command with the same
     directory continues from it, and the points it then scores are those of a run never
     interrupted. Without the directory it stops and names the option."""
-    lc = bench_script("learning_curve")
+    lc = import_module("synattn_jobs.study.curve")
     monkeypatch.setattr(lc, "REPO", tmp_path)
     raw = tiny_config(m30k).model_dump(mode="json")
     raw["data"]["test"] = str(m30k["valid"])
@@ -244,7 +244,7 @@ def test_a_continuation_on_other_kernels_is_named() -> None:
     curve was at update 8,000) trains the same recipe with other rounding: the restore says
     which setting changed (thread count, device and torch count too, the CPU's name does not)
     and, where it can, how to keep the earlier kernels."""
-    lc = bench_script("learning_curve")
+    lc = import_module("synattn_jobs.study.curve")
     before = {"cpu": "AMD EPYC", "cpu_isa": "AVX2", "device": "cpu", "threads_per_worker": 2,
               "torch": "2.13.0+cpu", "python": "3.11.7"}  # fmt: skip
     segments = [{"from_update": 0, "to_update": 8000, "hardware": before}]
@@ -264,14 +264,14 @@ def test_a_continuation_on_other_kernels_is_named() -> None:
 def test_the_recorded_command_keeps_the_kernel_choice() -> None:
     """A curve continued with ``ATEN_CPU_CAPABILITY=avx2`` records it in its command, so the
     stretch can be run again on the same kernels; other variables stay out."""
-    lc = bench_script("learning_curve")
+    lc = import_module("synattn_jobs.study.curve")
     argv = ["--variant", "vanilla", "--seed", "1"]
     assert lc.launch_command(argv, {"HOME": "/root"}) == (
-        "python bench/learning_curve.py --variant vanilla --seed 1"
+        "synattn study curve --variant vanilla --seed 1"
     )
     env = {"ATEN_CPU_CAPABILITY": "avx2", "PATH": "/bin", "MKL_CBWR": ""}
     assert lc.launch_command(argv, env) == (
-        "ATEN_CPU_CAPABILITY=avx2 python bench/learning_curve.py --variant vanilla --seed 1"
+        "ATEN_CPU_CAPABILITY=avx2 synattn study curve --variant vanilla --seed 1"
     )
 
 
@@ -284,7 +284,7 @@ def test_a_handed_off_state_that_does_not_match_is_refused(
     """The next checkout continues only from the very file handed off, with the recipe and the
     training ids it was trained on, and never from before the curve's last point: otherwise a
     one-line reason, and nothing is trained or written."""
-    lc = bench_script("learning_curve")
+    lc = import_module("synattn_jobs.study.curve")
     monkeypatch.setattr(lc, "REPO", tmp_path)
     raw = tiny_config(m30k).model_dump(mode="json")
     raw["data"]["test"] = str(m30k["valid"])
@@ -346,7 +346,7 @@ def test_averages_come_from_the_final_quarter_and_skip_points_missing_checkpoint
     """Each point averages the last 5 checkpoints in its final quarter; after a hand-off the
     ones before it are not kept, and those points stay unaveraged instead of averaging fewer.
     The handed-off state itself (verified) stands in for the checkpoint at its update."""
-    lc = bench_script("learning_curve")
+    lc = import_module("synattn_jobs.study.curve")
     assert lc.average_window(1000, 500) == [1000]
     assert lc.average_window(2000, 500) == [1500, 2000]
     assert lc.average_window(10_000, 500) == [8000, 8500, 9000, 9500, 10_000]

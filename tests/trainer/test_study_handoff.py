@@ -1,4 +1,4 @@
-"""bench/study_handoff.py: a study's unfinished run carried from one checkout to the next,
+"""synattn_jobs.study.handoff: a study's unfinished run carried from one checkout to the next,
 through a directory the user names (``--hand-off-dir``), never through git."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,11 @@ import torch
 
 from synattn_trainer.checkpoint import checkpoints, update_of
 from synattn_trainer.train import Trainer
-from tests.conftest import bench_script
 from tests.trainer.conftest import tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 
-STRETCH = {"wall_s": 12.5, "command": "python bench/reproduce.py x.yaml", "git_commit": "abc",
+STRETCH = {"wall_s": 12.5, "command": "synattn study run x.yaml", "git_commit": "abc",
            "hardware": {"cpu_isa": "AVX2", "device": "cpu", "threads_per_worker": 1,
                         "torch": torch.__version__},
            "kernel_env": {"ATEN_CPU_CAPABILITY": "avx2"}}  # fmt: skip
@@ -46,7 +46,7 @@ def test_a_handed_off_run_finishes_bit_for_bit_as_the_uninterrupted_one(
     best-validation model of a run that was never stopped. The hand-off holds the resume
     state in full, but only the weights of the one checkpoint the final average can still
     take (update 12: the last quarter of 14 updates starts at 10.5), and the log."""
-    hof = bench_script("study_handoff")
+    hof = import_module("synattn_jobs.study.handoff")
     cfg = _config(m30k)
     whole = Trainer(cfg, tmp_path / "whole", progress=False).train()
 
@@ -91,7 +91,7 @@ def test_a_hand_off_that_does_not_check_out_is_refused_with_its_reason(
 ) -> None:
     """The record is a file anyone can edit, and a hand-off of another configuration would
     silently train something else: each fault is named, and nothing is restored."""
-    hof = bench_script("study_handoff")
+    hof = import_module("synattn_jobs.study.handoff")
     cfg = _config(m30k)
     run = tmp_path / "run"
     Trainer(cfg, run, progress=False).train(stop_after_updates=4)
@@ -120,7 +120,7 @@ def test_handing_off_again_adds_a_stretch_and_a_published_run_forgets_its_hand_o
     """A run handed off twice records both stretches (the second from where the first
     ended); one that was restored and not trained keeps its hand-off as it was; once the
     finished run is published, its files leave the hand-off directory."""
-    hof = bench_script("study_handoff")
+    hof = import_module("synattn_jobs.study.handoff")
     cfg = _config(m30k)
     resolved = cfg.model_dump(mode="json")
     out = tmp_path / "handoff" / "study"
@@ -144,7 +144,7 @@ def test_handing_off_again_adds_a_stretch_and_a_published_run_forgets_its_hand_o
 
 
 def test_an_empty_run_has_nothing_to_hand_off(tmp_path: Path) -> None:
-    hof = bench_script("study_handoff")
+    hof = import_module("synattn_jobs.study.handoff")
     (tmp_path / "run").mkdir()
     assert hof.hand_off("x-s1", tmp_path / "run", tmp_path / "out", "d", {}, STRETCH) is None
     assert not (tmp_path / "out").exists()
@@ -152,21 +152,21 @@ def test_an_empty_run_has_nothing_to_hand_off(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("env", [{"ATEN_CPU_CAPABILITY": "avx2", "PATH": "/bin"}, {}])
 def test_only_the_kernel_settings_are_recorded(env: dict[str, str]) -> None:
-    hof = bench_script("study_handoff")
+    hof = import_module("synattn_jobs.study.handoff")
     assert hof.kernel_env(env) == {k: v for k, v in env.items() if k != "PATH"}
 
 
 def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publishes_them(
     m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """bench/reproduce.py across two checkouts: the first queue's stopped run is handed off
+    """synattn study run across two checkouts: the first queue's stopped run is handed off
     into the --hand-off-dir, the second queue (a fresh --home) restores it into its own run
     directory and puts it first; once it finishes, its record states both stretches and its
     wall time counts both, and the hand-off leaves the --hand-off-dir. No checkpoint ever
     lands in results/."""
     from synattn_jobs.store import JobStore
 
-    repro = bench_script("reproduce")
+    repro = import_module("synattn_jobs.study.driver")
     monkeypatch.delenv("SYNATTN_DATABASE_URL", raising=False)
     cfg = _config(m30k)
     spec = {"resolved": cfg.model_dump(mode="json")}
@@ -188,7 +188,7 @@ def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publis
     store.claim(jobs["vanilla-s1"].id, "w", 60)
     Trainer(cfg, jobs["vanilla-s1"].out_dir, progress=False).train(stop_after_updates=7)
     store.release(jobs["vanilla-s1"].id, "w", "worker shut down; requeued")
-    meta = {"command": "python bench/reproduce.py g.yaml", "git_commit": "abc",
+    meta = {"command": "synattn study run g.yaml", "git_commit": "abc",
             "hardware": STRETCH["hardware"]}  # fmt: skip
     handed = repro.hand_off_stopped(exp_id, hand_offs, meta)
     assert len(handed) == 1 and handed[0].startswith("vanilla-s1@7 (")  # dea-s1 never trained
@@ -233,8 +233,8 @@ def test_a_tampered_hand_off_stops_the_driver_instead_of_training_from_the_start
 ) -> None:
     from synattn_jobs.store import JobStore
 
-    hof = bench_script("study_handoff")
-    repro = bench_script("reproduce")
+    hof = import_module("synattn_jobs.study.handoff")
+    repro = import_module("synattn_jobs.study.driver")
     monkeypatch.delenv("SYNATTN_DATABASE_URL", raising=False)
     cfg = _config(m30k)
     spec = {"resolved": cfg.model_dump(mode="json")}
@@ -260,7 +260,7 @@ def test_the_hand_off_dir_lies_outside_git(tmp_path: Path) -> None:
     """A hand-off holds model checkpoints: a directory outside the repository, or one git
     ignores (build/), is taken; one inside the repository that git does not ignore would be
     committed, and a checkpoint in git history is paid by every clone forever."""
-    hof = bench_script("study_handoff")
+    hof = import_module("synattn_jobs.study.handoff")
     assert hof.checked_dir(tmp_path / "h", REPO) == (tmp_path / "h").resolve()
     assert hof.checked_dir(REPO / "build" / "handoff", REPO) == REPO / "build" / "handoff"
     for inside in (REPO / "results" / "handoff", REPO, REPO / "build" / ".." / "results"):
@@ -283,7 +283,7 @@ def test_the_driver_refuses_a_hand_off_without_a_directory_outside_git(
 ) -> None:
     """``--hand-off-after`` and ``--hand-off`` need ``--hand-off-dir``, outside git's reach:
     the driver stops with a one-line reason before it touches a queue."""
-    repro = bench_script("reproduce")
+    repro = import_module("synattn_jobs.study.driver")
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(sys, "argv", ["reproduce.py", "x.yaml", "--home", str(tmp_path), *argv])
     monkeypatch.setattr(repro, "settings_env", lambda home: pytest.fail("went on"))

@@ -6,10 +6,8 @@ default). Bad input: exit 2, one line.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,6 +18,7 @@ from rich.console import Console
 
 from synattn_jobs.errors import BadJobSpec
 from synattn_jobs.failure import cause
+from synattn_jobs.local_worker import start_worker
 from synattn_jobs.settings import get_settings
 from synattn_jobs.specs import ParseJobSpec, TrainJobSpec
 from synattn_jobs.store import LOCAL_ADMIN, TERMINAL, Job, JobStore, QuotaExceeded
@@ -376,30 +375,6 @@ def watch(
         raise typer.Exit(code=1)
 
 
-def worker_env(queues: str, environ: dict[str, str]) -> dict[str, str]:
-    """The environment of a worker process for ``queues``: ``environ``, plus the training
-    allocator's settings when it takes training jobs."""
-    from synattn_jobs.allocator import training_env
-
-    if "train" not in (q.strip() for q in queues.split(",")):
-        return environ
-    return {**environ, **training_env(environ)}
-
-
-def start_worker(queues: str = "parse,train", extra_env: dict[str, str] | None = None,
-                 log: Path | None = None, name: str | None = None,
-                 ) -> subprocess.Popen[bytes]:  # fmt: skip
-    """A Celery worker process (solo pool: one task at a time, no fork) for these settings; one
-    that trains starts with an allocator that keeps freed pages (``synattn_jobs.allocator``).
-    Its output goes to ``log``, or where this process's own goes (a container's log)."""
-    cmd = [sys.executable, "-m", "celery", "-A", "synattn_jobs.worker", "worker", "-Q", queues,
-           "--pool", "solo", "--concurrency", "1", "--loglevel", "INFO",
-           "--without-gossip", "--without-mingle", *(["-n", name] if name else [])]  # fmt: skip
-    env = worker_env(queues, {**os.environ, **(extra_env or {})})
-    out = open(log, "ab") if log else None  # noqa: SIM115
-    return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
 def experiment_run(
     grid: Annotated[Path, typer.Argument(readable=False, help="experiment grid YAML")],
     wait: Annotated[bool, typer.Option(help="wait for every job, then print the table")] = False,
@@ -585,5 +560,7 @@ def register(app: typer.Typer) -> None:
     presets.command("show")(presets_show)
     app.add_typer(presets, name="presets")
     from synattn_jobs.slurm.cli import register as register_slurm
+    from synattn_jobs.study.cli import register as register_study
 
     register_slurm(app)
+    register_study(app)

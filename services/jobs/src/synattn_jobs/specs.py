@@ -151,7 +151,7 @@ class Resources(Spec):
 
 class WithResources(Spec):
     """A spec with ``resources``, which its stored form leaves out at the default: the specs
-    of one-process jobs, hence their digests (``bench/reproduce.py``), stay what they were."""
+    of one-process jobs, hence their digests (``synattn study run``), stay what they were."""
 
     resources: Resources = Field(default_factory=Resources)
 

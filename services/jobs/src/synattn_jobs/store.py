@@ -331,7 +331,7 @@ class JobStore(FairShareQueries):
         earlier_claims_s: float | None = None,
     ) -> bool:
         """Record a queued job as already succeeded elsewhere (a run published by an earlier
-        session of a study, bench/reproduce.py): its result and timing (``earlier_claims_s``:
+        session of a study, synattn study run): its result and timing (``earlier_claims_s``:
         the claims before its last one), no worker. Only a job still queued is taken, so a job
         a worker claimed meanwhile trains as usual."""
         stmt = (

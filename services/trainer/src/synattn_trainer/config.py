@@ -265,7 +265,7 @@ class TrainConfig(Strict):
 @cache
 def execution_only_defaults() -> dict[tuple[str, str], Any]:
     """Every ``section.key`` setting marked ``EXECUTION_ONLY`` or ``OLD_BEHAVIOUR_AT_DEFAULT``,
-    with its default. A run's identity (``bench/reproduce.py``'s spec digest) leaves such a
+    with its default. A run's identity (``synattn study run``'s spec digest) leaves such a
     setting out at its default, so adding one to the config does not turn published runs,
     whose specs predate it, into another configuration; marking it here is all a new setting
     of this kind needs."""

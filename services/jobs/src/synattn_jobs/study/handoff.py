@@ -1,4 +1,4 @@
-"""Hand a study's unfinished runs from one checkout to the next (``bench/reproduce.py``).
+"""Hand a study's unfinished runs from one checkout to the next (``synattn study run``).
 
 A session that ends in the middle of a run loses the run with ``build/``: at the study's
 budget a run takes most of a session, so without a hand-off every session would waste the
@@ -48,11 +48,12 @@ def kernel_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: env[k] for k in KERNEL_ENV if env.get(k)}
 
 
-def command_line(script: str, argv: list[str], env: Mapping[str, str]) -> str:
-    """The command as a reader would type it again, with the environment settings that choose
-    the CPU kernels (and so the rounding) in front: without them a rerun is another draw."""
+def command_line(program: str, argv: list[str], env: Mapping[str, str]) -> str:
+    """The command as a reader would type it again (``program``: ``synattn study run``), with
+    the environment settings that choose the CPU kernels (and so the rounding) in front:
+    without them a rerun is another draw."""
     kernels = [f"{k}={v}" for k, v in kernel_env(env).items()]
-    return " ".join([*kernels, f"python {script}", *argv])
+    return " ".join([*kernels, program, *argv])
 
 
 def checked_dir(path: Path, repo: Path, option: str = "--hand-off-dir") -> Path:

@@ -1,7 +1,7 @@
 """The numbers the study's prose quotes, generated from ``results/`` like its tables.
 
 Prose in ``docs/study.md`` and ``README.md`` holds a figure between ``<!-- fact:NAME -->`` and
-``<!-- /fact -->``; ``bench/claims.py`` rewrites each from ``facts(results)`` and ``--check``
+``<!-- /fact -->``; ``synattn study claims`` rewrites each from ``facts(results)`` and ``--check``
 fails when one differs, so that a sentence and the table it summarises cannot disagree (a
 hand-typed interval once read [-0.74, +1.10] beside the table's [-0.73, +1.09]).
 """

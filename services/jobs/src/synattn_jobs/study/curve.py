@@ -25,11 +25,11 @@ from update 0 with the old points set aside under ``previous/``. Two systems sid
 2-core machine: two processes, ``--threads 1``.
 
     make data
-    python bench/learning_curve.py --variant vanilla --seed 1 &
-    python bench/learning_curve.py --variant disagreement+routing --seed 1 &
-    python bench/learning_curve.py --plot-only
+    synattn study curve --variant vanilla --seed 1 &
+    synattn study curve --variant disagreement+routing --seed 1 &
+    synattn study curve --plot-only
     # before a session ends, then the first command again, with the same --hand-off-dir
-    python bench/learning_curve.py --variant vanilla --seed 1 --hand-off --hand-off-dir ~/curve
+    synattn study curve --variant vanilla --seed 1 --hand-off --hand-off-dir ~/curve
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from synattn_jobs.study import project_root
+from synattn_jobs.study.handoff import ROUNDING_KEYS, checked_dir, command_line
 from synattn_shared.atomic import atomic_path
 from synattn_shared.manifest import sha256_file
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-from study_handoff import ROUNDING_KEYS, checked_dir, command_line  # noqa: E402
+REPO = project_root()
 
 
 def load_points(path: Path) -> dict[str, Any]:
@@ -326,7 +326,7 @@ def kernel_hint(segments: list[dict[str, Any]], now: dict[str, Any]) -> str | No
 
 def launch_command(argv: list[str], env: Mapping[str, str]) -> str:
     """This command as a reader would type it again, its kernel settings in front."""
-    return command_line("bench/learning_curve.py", argv, env)
+    return command_line("synattn study curve", argv, env)
 
 
 def close_segment(record: dict[str, Any], update: int) -> None:
@@ -364,9 +364,9 @@ def set_aside(results: Path, name: str) -> list[Path]:
     return moved
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+        prog=prog, description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     ap.add_argument("--config", type=Path, default=REPO / "examples/configs/m30k-conv.yaml")
     ap.add_argument("--variant", default="vanilla", help="a preset name (synattn presets)")
@@ -406,7 +406,8 @@ def main() -> None:
         "final quarter of the updates so far (what the study's protocol would report had the "
         "run ended there) into <system>-s<seed>-avg.json, and exit",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
     if args.every < 1 or args.patience < 1 or args.max_updates < args.every:
         raise SystemExit("--every and --patience must be >= 1 and --max-updates >= --every")
     if args.hand_off and args.hand_off_dir is None:
@@ -423,8 +424,7 @@ def main() -> None:
     import yaml
 
     torch.set_num_threads(args.threads)
-    from reproduce import git_commit, hardware
-
+    from synattn_jobs.study.driver import git_commit, hardware
     from synattn_shared.atomic import atomic_write_text
     from synattn_trainer import checkpoint as ck
     from synattn_trainer.config import resolve_config
@@ -467,7 +467,7 @@ def main() -> None:
         config=str(args.config.resolve().relative_to(REPO)),
         every=args.every,
         patience=args.patience,
-        command=launch_command(sys.argv[1:], os.environ),
+        command=launch_command(given, os.environ),
         git_commit=git_commit(),
         hardware=hardware(args.threads, 1),
         resolved=cfg.model_dump(mode="json"),
@@ -549,7 +549,7 @@ def main() -> None:
                          handed_off_state(record.get("hand_off"), hand_offs))  # fmt: skip
         averaged.update(
             points=[p for p in fresh if "avg_updates" in p],
-            command=launch_command(sys.argv[1:], os.environ),
+            command=launch_command(given, os.environ),
         )
         atomic_write_text(avg_path, json.dumps(averaged, indent=2) + "\n")
         plot(args.results)

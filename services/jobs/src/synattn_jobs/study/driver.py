@@ -24,7 +24,7 @@ A published run whose configuration changed stops the driver with the runs named
 A session that must end before its runs do hands them over: ``--hand-off-after SECONDS`` stops
 the workers after that long (each run saves where it is) and copies what each unfinished run
 needs to go on into ``<DIR>/<name>/``, ``DIR`` being the directory ``--hand-off-dir`` names
-(``bench/study_handoff.py``; ``--hand-off`` does the same for a driver stopped otherwise).
+(``synattn_jobs.study.handoff``; ``--hand-off`` does the same for a driver stopped otherwise).
 The same command with the same ``--hand-off-dir`` on the next checkout (copy ``DIR`` there
 when it is another machine) resumes those runs exactly, instead of from update 0, and a run's
 published record keeps the stretches its hand-offs name. ``DIR`` must lie outside the
@@ -35,11 +35,11 @@ it would only hand off minutes in: after that long no new run starts, and the dr
 once the running ones have ended.
 
     make data
-    python bench/reproduce.py examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
-    python bench/reproduce.py examples/experiments/headline-tiny8.yaml --publish-only
-    python bench/reproduce.py examples/experiments/study-conv5k.yaml --hand-off-after 9000 \
+    synattn study run examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
+    synattn study run examples/experiments/headline-tiny8.yaml --publish-only
+    synattn study run examples/experiments/study-conv5k.yaml --hand-off-after 9000 \
         --hand-off-dir ~/synattn-handoff
-    python bench/reproduce.py examples/experiments/study-conv5k.yaml --hand-off-after 9000 \
+    synattn study run examples/experiments/study-conv5k.yaml --hand-off-after 9000 \
         --no-new-runs-after 7200 --hand-off-dir ~/synattn-handoff
 """
 
@@ -59,9 +59,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-import study_handoff  # noqa: E402
+from synattn_jobs.study import handoff as study_handoff
+from synattn_jobs.study import project_root
+
+REPO = project_root()  # the project folder: experiment files, results/, build/
 
 
 def settings_env(home: Path) -> dict[str, str]:
@@ -146,6 +147,32 @@ def study_store() -> Any:
     from synattn_jobs.store import JobStore
 
     return JobStore(JobSettings().database_url)
+
+
+def study_summary(store: Any, name: str) -> list[str]:
+    """``synattn study status``: one line per run of the study ``name`` in ``store`` (its
+    state; the update a running or stopped run has reached; a finished run's BLEU), then the
+    counts."""
+    exp = store.experiment(name)
+    if exp is None:
+        return [f"{name}: no such experiment in this queue"]
+    jobs = sorted(store.jobs(experiment_id=exp.id), key=lambda j: (j.variant or "", j.seed or 0))
+    lines = []
+    for j in jobs:
+        p, r = j.progress or {}, j.result or {}
+        where = (
+            f"BLEU {r['bleu']}" if j.state == "succeeded" and r.get("bleu") is not None
+            else f"update {p['update']}/{p.get('max_updates', '?')}" if "update" in p
+            else ""
+        )  # fmt: skip
+        lines.append(f"{j.name:<32} {j.state:<10} {where}".rstrip())
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j.state] = counts.get(j.state, 0) + 1
+    done = counts.get("succeeded", 0)
+    lines.append(f"{name}: {done}/{len(jobs)} runs done ("
+                 + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ")")  # fmt: skip
+    return lines
 
 
 def study_results(exp_id: str, results: Path) -> tuple[Any, Any, Path]:
@@ -606,9 +633,9 @@ def checked_hand_off_dir(given: Path | None, hand_off: bool, after: float | None
     return study_handoff.checked_dir(given, REPO)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+        prog=prog, description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     ap.add_argument("grid", type=Path, help="experiment file (examples/experiments/*.yaml)")
     ap.add_argument("--workers", type=int, default=2)
@@ -656,7 +683,7 @@ def main() -> None:
         "--first", nargs="+", default=[], metavar="RUN",
         help="train these runs (e.g. fixed-word-s2) before the others, in this order",
     )  # fmt: skip
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     hand_offs = checked_hand_off_dir(args.hand_off_dir, args.hand_off, args.hand_off_after)
     env = settings_env(args.home.resolve())
     os.environ.update(env)
@@ -664,9 +691,9 @@ def main() -> None:
     taken = adopt_published(exp_id, args.results, args.retrain_changed)
     if taken:
         print(f"{len(taken)} runs taken as done from {args.results}: {', '.join(taken)}")
-    argv = [shlex.quote(a) for a in sys.argv[1:]]
+    quoted = [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)]
     meta: dict[str, Any] = {
-        "command": study_handoff.command_line("bench/reproduce.py", argv, os.environ),
+        "command": study_handoff.command_line("synattn study run", quoted, os.environ),
         "git_commit": git_commit(),
         "hardware": hardware(args.threads, args.workers),
     }  # fmt: skip
@@ -699,7 +726,7 @@ def main() -> None:
         info = publish(exp_id, args.results, meta, None, hand_offs)
         print(f"{info['finished']}/{info['planned']} runs published to {args.results}")
         return
-    from synattn_jobs.cli import start_worker
+    from synattn_jobs.local_worker import start_worker
 
     exit_on_termination()
     trained_with = {"workers": args.workers, "threads": args.threads, "cpu_isa": cpu_isa()}
