@@ -90,6 +90,23 @@ def test_publish_writes_reports_translations_and_provenance(tmp_path: Path) -> N
     assert "--publish-only" in run["republished"]["command"]
     assert {r["trained_with"] for r in run["runs"]} == {None}
 
+    # a claims file of one's own: the same table, verdict and detectable effect for "dea"
+    mine = tmp_path / "my-claims.yaml"
+    mine.write_text(yaml.safe_dump({"version": 1, "study": "pub", "claims": [
+        {"paper": "My idea", "system": "dea", "claim": "+0.5 BLEU over vanilla, expected",
+         "gains": [0.5], "tests": "DEA on layer 0"}]}), encoding="utf-8")  # fmt: skip
+    synattn = str(Path(sys.executable).with_name("synattn"))
+    ask = [synattn, "study", "claims", "--claims", str(mine), "--results", str(results)]
+    table = subprocess.run(ask, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    row = next(x for x in table.stdout.splitlines() if x.startswith("| My idea |"))
+    assert "+0.50 ± 0.00 vs vanilla | [+0.50, +0.50] | above zero" in row, row
+    assert "**better**" in row and "| 3 |" in row, row
+    mine.write_text("version: 1\nstudy: pub\nclaims: []\n", encoding="utf-8")
+    bad = subprocess.run([synattn, "study", "claims", "--claims", str(mine)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode != 0 and "my-claims.yaml" in bad.stderr and "claims" in bad.stderr
+
 
 def _load_reproduce() -> object:
     return import_module("synattn_jobs.study.driver")

@@ -25,11 +25,12 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from synattn_jobs.study import project_root
+from synattn_jobs.study.claims_file import ClaimsFile, ClaimSpec, ControlSpec, load_claims
 from synattn_jobs.study.facts import ci_text, facts, fill
 from synattn_jobs.verdict import (
     ALPHA,
@@ -53,101 +54,11 @@ PAGE = REPO / "docs" / "study.md"  # the full tables
 SUMMARY = REPO / "README.md"  # one line per paper
 
 
-@dataclass(frozen=True)
-class Claim:
-    """A paper's headline result, as the paper states it."""
-
-    paper: str
-    system: str  # this project's preset
-    claim: str  # Δ BLEU against the paper's baseline, where and with what
-    gains: tuple[float, ...]  # the paper's reported Δ BLEU, to read our interval against
-    tests: str  # what our row measures, in words (where it differs from the paper's system)
-    short: str = ""  # the summary's name for the paper: method (authors, year)
-    page: str = "index"  # its page under docs/papers/
-
-
-CLAIMS = (
-    Claim("RHE + syntax-enhanced attention", "rhe+lpea",
-          "LPEA+RHE +0.96 BLEU (WMT14 En→De), +1.0 (WMT16 En→De); Transformer-base; Table 1",
-          (0.96, 1.0), "LPEA with k = 3 on every layer-0 head",
-          short="RHE + SEA (Zhang et al. 2021)", page="rhe-sea"),
-    Claim("Fixed encoder patterns (Raganato et al.)", "fixed-word",
-          "fixed encoder attention (7F+1L, token- or word-based) beats learned 8L \"by up to 3 "
-          "BLEU\" on low-resource pairs (IWSLT, 6+6 layers; Table 2), no clear winner between "
-          "token- and word-based; level with 8L on WMT19 De→En (Table 1)",
-          (3.0,), "7 fixed + 1 learned word-based encoder heads against 8 learned",
-          short="Fixed encoder patterns (Raganato et al. 2020)", page="fixed-patterns"),
-    Claim("HeadMask (Sun et al.)", "headmask-impt",
-          "Impt-18 −0.13 to +0.78 BLEU over 9 test sets (best WMT16 Ro→En); Transformer-base; "
-          "Tables 2-4", (-0.13, 0.78),
-          "Impt-N: 9 of 72 heads masked by importance, at the shared recipe's peak lr 0.005",
-          short="HeadMask (Sun et al. 2022)", page="headmask"),
-    Claim("Gated self-attention with SLR (Hou et al.)", "slr-gated",
-          "+1.12 BLEU on average over 5 data sets against the vanilla Transformer; 6+6 layers, "
-          "d=512, 4 heads, 5 seeds, best-validation checkpoint; Table 3",
-          (1.12,), "gated SLR masks with 8 heads per layer (the paper's model has 4)",
-          short="Gated self-attention with SLR (Hou et al.)", page="gated-slr"),
-    Claim("Diversity of multi-head attention (Li et al.)", "disagreement+routing",
-          "disagreement (all attention types) + EM routing (encoder layers 1-2) +1.10 BLEU "
-          "(WMT14 En→De), +0.77 (WMT17 Zh→En); Transformer-base, single models; Table 5 "
-          "(Table 1's term comparison regularised the encoder only)",
-          (1.10, 0.77), "output disagreement (all attention types) + EM routing (encoder 1-2)",
-          short="Diversity: disagreement + routing (Li et al. 2021)", page="diversity"),
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """How a paper evaluated, in its own words, beside how this study scores its row; ``chosen``
-    names what synattn decided where the paper is silent or where it could not follow."""
-
-    paper: str
-    says: str
-    here: str
-    chosen: str
-
-
-PROTOCOLS = (
-    Protocol("RHE + syntax-enhanced attention", "the average of the last 10 checkpoints",
-             "the average of the last 5 checkpoints (every 250 updates: 4,000-5,000)",
-             "5, not 10: one averaging window for every averaged row of the study"),
-    Protocol("Fixed encoder patterns (Raganato et al.)", "not stated",
-             "the average of the last 5 checkpoints (4,000-5,000)", "synattn's default"),
-    Protocol("HeadMask (Sun et al.)", "not stated",
-             "the average of the last 5 checkpoints (4,000-5,000)", "synattn's default"),
-    Protocol("Gated self-attention with SLR (Hou et al.)",
-             "the checkpoint with the smallest validation loss; results averaged over 5 seeds",
-             "the checkpoint with the smallest validation loss among those saved every 250 "
-             "updates; 3 seeds", "3 seeds, not 5: the CPU budget"),
-    Protocol("Diversity of multi-head attention (Li et al.)",
-             "individual models without averaging", "the last checkpoint",
-             "\"individual model\" read as the run's last checkpoint"),
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Control:
-    """A run beside a headline system that takes one of its parts away, so that a loss (or a
-    gain) can be attributed: scored with the system's final-model protocol."""
-
-    system: str
-    control: str
-    isolates: str
-
-
-CONTROLS = (
-    Control("rhe+lpea", "lpea",
-            "LPEA on every layer-0 head: what RHE+LPEA becomes when RHE finds no head important"),
-    Control("headmask-impt", "headmask-random",
-            "HeadMask's Random-N: the same number of masked heads, chosen at random"),
-    Control("disagreement+routing", "routing-em",
-            "EM routing alone (encoder layers 1-2), no disagreement term"),
-    Control("disagreement+routing", "disagreement-output",
-            "the output-disagreement term alone (all attention types), no routing"),
-    Control("disagreement+routing", "disagreement-enc",
-            "the output-disagreement term on the encoder only (the diversity paper's Table 1)"),
-    Control("slr-gated", "slr-avg", "SLR's masks averaged over heads, without the gate"),
-)  # fmt: skip
+PAPERS = load_claims()  # the five papers' claims, protocols and controls (claims.yaml)
+CLAIMS = PAPERS.claims
+PROTOCOLS = PAPERS.protocols
+CONTROLS = PAPERS.controls
+Claim = ClaimSpec
 
 
 def _spread(values: list[float] | tuple[float, ...]) -> str:
@@ -202,7 +113,7 @@ def load(results: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return out
 
 
-STUDY = "study-conv5k"  # the 5,000-update study (examples/experiments/study-conv5k.yaml)
+STUDY = PAPERS.study  # the 5,000-update study (examples/experiments/study-conv5k.yaml)
 SHORT = "study-conv"  # the same study at 3,500 updates, kept as a labelled table
 SHORT_NOTE = (
     "**Shorter budget, same protocol** (`study-conv`: 3,500 updates, kept for the record). The "
@@ -321,24 +232,27 @@ Row = tuple[Claim, dict[str, Any] | None, float | None, float | None]
 
 def measured_rows(
     experiments: list[tuple[dict[str, Any], dict[str, Any]]],
+    claims: Sequence[ClaimSpec] = CLAIMS,
 ) -> tuple[list[Row], int]:
     """Each claim with its measured row (or None) and its p-values Holm-adjusted over the
     table's measured rows (one family per test), and the family's size."""
-    found = [measured(c.system, experiments) for c in CLAIMS]
+    found = [measured(c.system, experiments) for c in claims]
     family = sum(f is not None for f in found)
     seed_p = holm([f["row"].get("seed_p") if f else None for f in found])
     boot_p = holm([f["row"].get("p_value") if f else None for f in found])
-    return list(zip(CLAIMS, found, seed_p, boot_p, strict=True)), family
+    return list(zip(claims, found, seed_p, boot_p, strict=True)), family
 
 
 def table(
-    experiments: list[tuple[dict[str, Any], dict[str, Any]]], results: Path | None = None
+    experiments: list[tuple[dict[str, Any], dict[str, Any]]],
+    results: Path | None = None,
+    claims: Sequence[ClaimSpec] = CLAIMS,
 ) -> list[str]:
     """The claims table over ``experiments``: p-values Holm-adjusted over the table's measured
     rows (one family per test), verdicts on the adjusted values, and the effect each row could
     have detected at that family's level."""
     lines = [HEAD, "|" + " --- |" * HEAD.count(" | ") + " --- |"]
-    rows, family = measured_rows(experiments)
+    rows, family = measured_rows(experiments, claims)
     for c, f, sp, bp in rows:
         row = cells(f, sp, bp, c, family)
         system = tested(c, f, results) if results is not None else f"`{c.system}`"
@@ -356,14 +270,17 @@ def _delta(row: dict[str, Any] | None, interval: bool = False) -> str:
     return f"{row['delta']:+.2f}{_spread(diffs)} vs {row['vs']}{ci}"
 
 
-def controls(experiments: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+def controls(
+    experiments: list[tuple[dict[str, Any], dict[str, Any]]],
+    beside: Sequence[ControlSpec] = CONTROLS,
+) -> list[str]:
     """The controls table: each control's Δ against the system's baseline, and the system minus
     its control on the seeds both finished (seed-paired), from the experiment that planned it.
     Empty when no experiment planned a control."""
     lines = []
     for report, _ in experiments:
         rows = {r["variant"]: r for r in report["rows"]}
-        for c in CONTROLS:
+        for c in beside:
             if c.control not in rows:
                 continue
             system, control = rows.get(c.system), rows[c.control]
@@ -645,6 +562,34 @@ def splice(text: str, section: str, begin: str = BEGIN, end: str = END) -> str:
     return text[:start] + section + text[stop + len(end) :]
 
 
+def own_tables(spec: ClaimsFile, results: Path) -> str:
+    """A user's claims table (and controls) over their published study, as markdown: the same
+    Δ, intervals, Holm-adjusted p-values, verdicts and detectable effects as the papers'."""
+    main = [e for e in load(results) if e[0]["name"] == spec.study]
+    if not main:
+        raise SystemExit(f"{spec.study}: no published study under {results} (its report.json "
+                         f"and run.json): synattn study publish EXPERIMENT")  # fmt: skip
+    lines = table(main, None, spec.claims)
+    control_lines = controls(main, spec.controls)
+    return "\n".join([*lines, *(["", *control_lines] if control_lines else [])])
+
+
+def print_own(path: Path, results: Path, out: Path | None) -> None:
+    """``--claims FILE``: the table to stdout, or into ``out``."""
+    from synattn_shared.errors import BadFile
+
+    try:
+        spec = load_claims(path)
+    except BadFile as exc:
+        raise SystemExit(f"error: {exc}") from None
+    text = own_tables(spec, results)
+    if out is None:
+        print(text)
+    else:
+        out.write_text(text + "\n", encoding="utf-8")
+        print(f"{out}: the claims of {spec.study} ({len(spec.claims)})")
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -655,7 +600,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap.add_argument("--summary", type=Path, default=SUMMARY,
                     help="the file with one line per paper (default: README.md)")  # fmt: skip
     ap.add_argument("--check", action="store_true", help="fail if either is out of date")
+    ap.add_argument("--claims", type=Path, default=None,
+                    help="a claims file of your own (synattn_jobs/study/claims.yaml's shape):\n"
+                    "print its study's claims table and controls instead of rewriting the\n"
+                    "documentation's")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=None, help="with --claims: write the table here")
     args = ap.parse_args(argv)
+    if args.claims is not None:
+        print_own(args.claims, args.results, args.out)
+        return
     full = render(args.results)
     targets = ((args.readme, full, BEGIN, END),
                (args.summary, summary(args.results), SUMMARY_BEGIN, SUMMARY_END))  # fmt: skip
