@@ -108,12 +108,17 @@ def cpu_isa() -> str:
 
 
 def git_commit() -> str:
-    """HEAD, with ``+dirty`` when the working tree differs from it."""
+    """The project folder's HEAD, with ``+dirty`` when the working tree differs from it; for a
+    folder outside git, the synattn release that ran the study instead."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
-                          text=True, check=True).stdout.strip()  # fmt: skip
+                          text=True)  # fmt: skip
+    if head.returncode != 0:
+        from importlib.metadata import version
+
+        return f"synattn-jobs {version('synattn-jobs')} (the project folder is not a git checkout)"
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    return head + ("+dirty" if dirty else "")
+    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def budget_of(resolved: dict[str, Any]) -> dict[str, Any]:
