@@ -18,7 +18,7 @@ from synattn_trainer.tokenizer import load_tokenizer
 from synattn_trainer.train import Trainer
 from synattn_trainer.variants import AttnContext
 from synattn_trainer.variants.headgate import HeadGates
-from tests.trainer.conftest import tiny_config
+from tests.trainer.conftest import tiny_config, trainer_cli
 
 
 def test_importance_is_per_sentence_and_absolute(m30k) -> None:  # type: ignore[no-untyped-def]
@@ -234,21 +234,16 @@ def test_vanilla_runs_log_no_masks(m30k, tmp_path) -> None:  # type: ignore[no-u
 
 
 def test_headmask_diagnosis_reads_the_masks_and_evaluates_the_model(m30k, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """bench/headmask_diagnose.py on a short Impt-N run: the mask windows from its log, the
+    """synattn analyze --masks on a short Impt-N run: the mask windows from its log, the
     validation pairs, and the model evaluated with its often-masked heads off."""
     cfg = tiny_config(
         m30k, train={"max_updates": 6, "log_every": 2}, headmask={"mode": "impt", "n": 3}
     )
     Trainer(cfg, tmp_path / "run", progress=False).train()
-    out = tmp_path / "diagnosis.json"
-    done = subprocess.run(
-        [sys.executable, "bench/headmask_diagnose.py", str(tmp_path / "run"), "--window", "3",
-         "--out", str(out)],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "mask entropy over the run" in done.stdout
-    record = json.loads(out.read_text())
+    done = trainer_cli("analyze", str(tmp_path / "run"), "--masks", "--window", "3", "--dev",
+                       str(m30k["valid"]), "--out", str(tmp_path / "analysis"))  # fmt: skip
+    assert "mask entropy over the run" in done.output
+    record = json.loads((tmp_path / "analysis" / "headmask_diagnosis.json").read_text())
     windows = record["masks"]["windows"]
     assert [w["updates"] for w in windows] == [[1, 3], [4, 6]]
     assert all(1 <= w["heads_ever_masked"] <= 3 * 3 for w in windows)
@@ -261,9 +256,6 @@ def test_headmask_diagnosis_reads_the_masks_and_evaluates_the_model(m30k, tmp_pa
 
 def test_headmask_diagnosis_refuses_a_run_without_mask_records(m30k, tmp_path) -> None:  # type: ignore[no-untyped-def]
     Trainer(tiny_config(m30k, train={"max_updates": 1}), tmp_path, progress=False).train()
-    done = subprocess.run(
-        [sys.executable, "bench/headmask_diagnose.py", str(tmp_path)],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=300,
-    )  # fmt: skip
-    assert done.returncode != 0 and "no headmask records" in done.stderr
-    assert "Traceback" not in done.stderr
+    done = trainer_cli("analyze", str(tmp_path), "--masks", "--dev", str(m30k["valid"]),
+                       "--out", str(tmp_path / "analysis"), status=2)  # fmt: skip
+    assert "no headmask records" in done.output and "Traceback" not in done.output

@@ -504,11 +504,14 @@ def attention(
 
 
 def analyze(
-    checkpoint: Annotated[Path, typer.Argument(readable=False, help="checkpoint or averaged.pt")],
+    target: Annotated[
+        Path | None,
+        typer.Argument(readable=False, help="a checkpoint or averaged.pt, or a run folder"),
+    ] = None,
     dev: Annotated[
         Path, typer.Option(readable=False, help="parsed dev split (importance, confidence)")
-    ],
-    out: Annotated[Path, typer.Option(help="directory for analysis.json and PNGs")],
+    ] = Path("-"),
+    out: Annotated[Path, typer.Option(help="directory for the JSON files and PNGs")] = Path("-"),
     test: Annotated[
         Path | None, typer.Option(readable=False, help="parsed test split: masking curves")
     ] = None,
@@ -518,13 +521,39 @@ def analyze(
     ablate: Annotated[
         list[int], typer.Option(help="fixed-pattern head to switch off for this run (repeat)")
     ] = [],  # noqa: B006
-) -> None:
-    """Head importance, confidence, masking curves and figures of a trained model."""
-    from synattn_trainer.analysis import analyze as run
+    rhe_labels: Annotated[
+        bool, typer.Option(help="RHE's labels under both readings, at each checkpoint of the "
+                           "run folder (or at the checkpoint), on --dev: rhe_labels.json")
+    ] = False,
+    every: Annotated[
+        int, typer.Option(min=1, help="with --rhe-labels: checkpoints at multiples of this")
+    ] = 1,
+    masks: Annotated[
+        bool, typer.Option(help="a HeadMask run's recorded masks per window, and its model with "
+                           "the often-masked heads off: headmask_diagnosis.json")
+    ] = False,
+    window: Annotated[int, typer.Option(min=1, help="with --masks: updates per window")] = 500,
+    tree_depth: Annotated[
+        bool, typer.Option(help="constituency depth of --dev (and --test) beside the RHE "
+                           "paper's, and the k its rule gives: tree_depth.json")
+    ] = False,
+) -> None:  # fmt: skip
+    """Head importance, confidence, masking curves and figures of a trained model; with
+    --rhe-labels, --masks or --tree-depth, those analyses of a run instead."""
     from synattn_trainer.checkpoint import checkpoint_file_error
 
+    if str(dev) == "-" or str(out) == "-":
+        raise fail("--dev and --out are needed: the split to analyse on, and where results go")
+    if rhe_labels or masks or tree_depth:
+        _run_analyses(target, dev, out, test, rhe_labels, every, masks, window, tree_depth)
+        return
+    if target is None:
+        raise fail("give a checkpoint or a run folder to analyse")
+    checkpoint = _final_model(target) if target.is_dir() else target
     if (bad := checkpoint_file_error(checkpoint)) is not None:
         raise fail(one_line(bad))
+    from synattn_trainer.analysis import analyze as run
+
     try:
         result = run(checkpoint, dev, out, test, test_limit, groups, normalize, ablate)
     except (FileNotFoundError, ValueError) as exc:
@@ -533,6 +562,64 @@ def analyze(
         f"{out}: {len(result['heads'])} heads; importance mean {result['importance_mean']:.4g}, "
         f"variance {result['importance_variance']:.4g}"
     )
+
+
+def _final_model(run: Path) -> Path:
+    """A run folder's final model: averaged.pt, else best.pt, else its newest checkpoint."""
+    from synattn_trainer import checkpoint as ck
+
+    for name in ("averaged.pt", "best.pt"):
+        if (run / name).is_file():
+            return run / name
+    return ck.latest(run / "checkpoints") or run / "averaged.pt"
+
+
+def _run_analyses(
+    target: Path | None, dev: Path, out: Path, test: Path | None, rhe_labels: bool,
+    every: int, masks: bool, window: int, tree_depth: bool,
+) -> None:  # fmt: skip
+    """``--rhe-labels``, ``--masks``, ``--tree-depth``: each prints its table and writes its
+    JSON record into ``out``."""
+    import json
+
+    from synattn_shared.atomic import atomic_write_text
+    from synattn_shared.errors import BadFile
+
+    jobs: list[tuple[str, Any]] = []
+    if (rhe_labels or masks) and target is None:
+        raise fail("--rhe-labels and --masks read a run: give its folder (or a checkpoint)")
+    run = target if target is not None else Path(".")
+    if rhe_labels:
+        from synattn_trainer.rhe_labels import label_report
+
+        jobs.append(("rhe_labels", lambda: label_report(run, dev, every)))
+    if masks:
+        from synattn_trainer.headmask_diagnosis import diagnose
+
+        run_dir = run if run.is_dir() else _run_of(run)
+        jobs.append(("headmask_diagnosis", lambda: diagnose(run_dir, dev, window)))
+    if tree_depth:
+        from synattn_shared.tree_depth import depth_report
+
+        splits = {"dev": dev, **({"test": test} if test is not None else {})}
+        jobs.append(("tree_depth", lambda: depth_report(splits)))
+    out.mkdir(parents=True, exist_ok=True)
+    for name, job in jobs:
+        try:
+            record, lines = job()
+        except (BadFile, FileNotFoundError, ValueError) as exc:
+            raise fail(one_line(exc)) from None
+        for line in lines:
+            console.print(line, markup=False, highlight=False)
+        path = out / f"{name}.json"
+        atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+        console.print(f"{path}", markup=False, highlight=False)
+
+
+def _run_of(checkpoint: Path) -> Path:
+    """The run folder a checkpoint belongs to (``RUN/checkpoints/ckpt-*.pt``, ``RUN/*.pt``)."""
+    parent = checkpoint.parent
+    return parent.parent if parent.name == "checkpoints" else parent
 
 
 def register(app: typer.Typer) -> None:

@@ -11,21 +11,18 @@ whose ``|RP|`` a clip ``k`` would cut, the ``k`` the RHE paper's rule gives, and
 syntactic distance (SLR's ``tau`` is in distance units).
 
     make data
-    python bench/tree_depth.py [--data build/m30k] [--out results/tree-depth/multi30k.json]
+    synattn analyze --tree-depth --dev build/m30k/valid --test build/m30k/test2016 --out DIR
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
 RHE_PAPER_MAX_LAYER = 11.13  # the RHE paper's average maximum layer
 
 
@@ -72,38 +69,30 @@ def rule_k(mean_max_layer: float) -> tuple[int, int]:
     return low, low + 1
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    ap.add_argument("--data", type=Path, default=REPO / "build" / "m30k")
-    ap.add_argument("--splits", nargs="*", default=["train", "valid", "test2016"])
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
-    report: dict[str, Any] = {"command": "python bench/tree_depth.py " + " ".join(sys.argv[1:])}
-    for split in args.splits:
-        manifest = json.loads((args.data / split / "manifest.json").read_text(encoding="utf-8"))
-        stats = split_stats(args.data / split)
+def depth_report(splits: dict[str, Path]) -> tuple[dict[str, Any], list[str]]:
+    """Constituency depth of each parsed split (name -> shard folder) beside the RHE paper's,
+    with the ``k`` its rule gives and the related pairs each ``k`` would cut: the JSON record
+    and a line per split (``synattn analyze --tree-depth``)."""
+    report: dict[str, Any] = {}
+    lines = []
+    for split, folder in splits.items():
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        stats = split_stats(folder)
         stats["parser"] = manifest.get("parser")
         report[split] = stats
         lo, hi = rule_k(stats["max_layer_mean"])
         parse = stats["parser"] or {}
         source = f"{parse.get('model')} ({parse.get('constituency')})"
-        print(f"{split}: {stats['sentences']} sentences, parse {source}; maximum layer "
-              f"mean {stats['max_layer_mean']} (median {stats['max_layer_median']:g}, p90 "
-              f"{stats['max_layer_p90']:g}; the RHE paper: {RHE_PAPER_MAX_LAYER}); its rule: "
-              f"k = {lo} or {hi}; related pairs cut by k=2/3/4/6: "
-              f"{stats['share_cut_by_k']['2']:.2%} / {stats['share_cut_by_k']['3']:.2%} / "
-              f"{stats['share_cut_by_k']['4']:.2%} / {stats['share_cut_by_k']['6']:.2%}; maximum "
-              f"syntactic distance mean {stats['max_syn_dist_mean']}")  # fmt: skip
+        cut = stats["share_cut_by_k"]
+        lines.append(
+            f"{split}: {stats['sentences']} sentences, parse {source}; maximum layer mean "
+            f"{stats['max_layer_mean']} (median {stats['max_layer_median']:g}, p90 "
+            f"{stats['max_layer_p90']:g}; the RHE paper: {RHE_PAPER_MAX_LAYER}); its rule: "
+            f"k = {lo} or {hi}; related pairs cut by k=2/3/4/6: {cut['2']:.2%} / "
+            f"{cut['3']:.2%} / {cut['4']:.2%} / {cut['6']:.2%}; maximum syntactic distance "
+            f"mean {stats['max_syn_dist_mean']}"
+        )
     report["seed_000_max_layer"] = RHE_PAPER_MAX_LAYER  # the key published results/ carry
-    report["rule_k"] = list(rule_k(report[args.splits[0]]["max_layer_mean"]))
-    if args.out:
-        from synattn_shared.atomic import atomic_write_text
-
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    first = next(iter(splits))
+    report["rule_k"] = list(rule_k(report[first]["max_layer_mean"]))
+    return report, lines

@@ -5,7 +5,7 @@ beat its dynamic gate, ``Syn_attn <= sigmoid(h_conf)`` (docs/papers/rhe-sea.md, 
 important only if more than half (50-73%) of its attention lies on the word itself, its dependency
 head or its dependents. In the 600-update study almost no head ever passed, so RHE enlivened every
 head ("+LPEA+RHE" became "+LPEA"). This script measures the labels on a dev set for each checkpoint
-of a run and takes the three suspects apart:
+of a run and takes the three suspects apart (``synattn analyze RUN --rhe-labels``):
 
 - **budget**: the label rate against the update of the checkpoint (a learning curve's run keeps
   one every K updates);
@@ -22,20 +22,17 @@ A vanilla checkpoint's plain attention is what RHE would label; an RHE checkpoin
 reading on the plain attention its own layer labelled, and the labels it applied
 (``applied_<gate>``). Prints one table row per checkpoint and layer and writes JSON.
 
-    python bench/rhe_labels.py build/curve/vanilla-s1 --every 1000 --out results/rhe-labels/x.json
+    synattn analyze build/curve/vanilla-s1 --rhe-labels --every 1000 --dev build/m30k/valid \\
+        --out results/rhe-labels/vanilla-s1
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
 ARGMAX = ("argmax_self", "argmax_neighbour", "argmax_eos", "argmax_adjacent_unrelated",
           "argmax_other")  # fmt: skip
 LABELS = ("dynamic", "confidence", "fixed_0.5", "dynamic_no_eos", "confidence_no_eos")
@@ -139,6 +136,7 @@ def measure(checkpoint: Path, data: Path, layers: list[int] | None) -> dict[str,
                 if rhe:  # the measures on the plain attention the model itself labelled
                     assert rhe[0].last_measures is not None
                     got = readings(*rhe[0].last_measures)
+                    assert rhe[0].last_labels is not None
                     got["applied_" + rhe[0].config.gate] = rhe[0].last_labels
                 else:
                     assert m.last_probs is not None
@@ -156,8 +154,8 @@ def measure(checkpoint: Path, data: Path, layers: list[int] | None) -> dict[str,
         "sentences": len(corpus),
         "layers": {},
     }
-    for i, got in parts.items():
-        cat = {k: torch.cat(v) for k, v in got.items()}  # [sentences, H]
+    for i, collected in parts.items():
+        cat = {k: torch.cat(v) for k, v in collected.items()}  # [sentences, H]
         rec: dict[str, Any] = {}
         for key in cat:
             if key.startswith("applied_") or key in LABELS:
@@ -174,55 +172,40 @@ def measure(checkpoint: Path, data: Path, layers: list[int] | None) -> dict[str,
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    ap.add_argument("run", type=Path, help="a run directory (its checkpoints/) or a checkpoint")
-    ap.add_argument("--data", type=Path, default=REPO / "build/m30k/valid")
-    ap.add_argument("--every", type=int, default=1, help="every n-th update multiple of this")
-    ap.add_argument("--layers", type=int, nargs="*", default=None, help="encoder layers (all)")
-    ap.add_argument("--out", type=Path, default=None, help="JSON file (default: print only)")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    if args.run.is_file():
-        ckpts = [args.run]
-    else:
-        from synattn_trainer.checkpoint import checkpoints, update_of
+def label_report(
+    run: Path, data: Path, every: int = 1, layers: list[int] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """RHE's labels under both readings at every checkpoint of ``run`` (a run folder; every
+    ``every``-th update) or at one checkpoint, on ``data``: the JSON record and the table's
+    lines (``synattn analyze --rhe-labels``)."""
+    from synattn_trainer.checkpoint import checkpoints, update_of
 
-        ckpts = [
-            p for p in checkpoints(args.run / "checkpoints") if update_of(p) % args.every == 0
-        ]
+    if run.is_file():
+        ckpts = [run]
+    else:
+        ckpts = [p for p in checkpoints(run / "checkpoints") if update_of(p) % every == 0]
     if not ckpts:
-        raise SystemExit(f"{args.run}: no checkpoints")
+        raise ValueError(f"{run}: no checkpoints")
     results = []
-    print(f"{'update':>7} {'layer':>5} {'Eq.10':>6} {'any':>6} {'prose':>6} {'any':>6} "
-          f"{'no-EOS':>7} {'gate0.5':>8} {'Syn_attn':>9} {'h_conf':>7} {'sigm':>6} "
-          f"{'EOS mass':>9}")  # fmt: skip
+    lines = [f"{'update':>7} {'layer':>5} {'Eq.10':>6} {'any':>6} {'prose':>6} {'any':>6} "
+             f"{'no-EOS':>7} {'gate0.5':>8} {'Syn_attn':>9} {'h_conf':>7} {'sigm':>6} "
+             f"{'EOS mass':>9}"]  # fmt: skip
     for path in ckpts:
-        res = measure(path, args.data, args.layers)
+        res = measure(path, data, layers)
         results.append(res)
         for layer, rec in res["layers"].items():
 
-            def share(key: str, what: str = "head_sentence_share", rec: dict = rec) -> str:  # type: ignore[type-arg]
+            def share(key: str, what: str = "head_sentence_share", rec: Any = rec) -> str:
                 return f"{rec[key][what]:.3f}" if key in rec else "-"
 
-            def mean(key: str, rec: dict = rec) -> float:  # type: ignore[type-arg]
+            def mean(key: str, rec: Any = rec) -> float:
                 return float(rec.get(f"mean_{key}", float("nan")))
 
-            print(f"{res['update']:>7} {layer:>5} {share('dynamic'):>6} "
-                  f"{share('dynamic', 'sentences_with_any'):>6} {share('confidence'):>6} "
-                  f"{share('confidence', 'sentences_with_any'):>6} {share('dynamic_no_eos'):>7} "
-                  f"{share('fixed_0.5'):>8} {mean('syn_attn'):>9.3f} {mean('h_conf'):>7.3f} "
-                  f"{mean('gate'):>6.3f} {mean('eos_mass'):>9.3f}", flush=True)  # fmt: skip
-    if args.out:
-        from synattn_shared.atomic import atomic_write_text
-
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        record = {"command": "python bench/rhe_labels.py " + " ".join(sys.argv[1:]),
-                  "data": str(args.data), "checkpoints": results}  # fmt: skip
-        atomic_write_text(args.out, json.dumps(record, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+            lines.append(
+                f"{res['update']:>7} {layer:>5} {share('dynamic'):>6} "
+                f"{share('dynamic', 'sentences_with_any'):>6} {share('confidence'):>6} "
+                f"{share('confidence', 'sentences_with_any'):>6} {share('dynamic_no_eos'):>7} "
+                f"{share('fixed_0.5'):>8} {mean('syn_attn'):>9.3f} {mean('h_conf'):>7.3f} "
+                f"{mean('gate'):>6.3f} {mean('eos_mass'):>9.3f}"
+            )
+    return {"data": str(data), "checkpoints": results}, lines

@@ -17,23 +17,19 @@ Reads a HeadMask run folder (its ``metrics.jsonl`` and a model file) and prints:
 A model whose loss drops when its often-masked heads are switched off, and is lowest under
 training-like masks, lost its quality in heads that were kept from training.
 
-    python bench/headmask_diagnose.py build/diag/runs/<exp>/headmask-impt-s1 \
-        --out results/headmask-diagnose/headmask-impt-s1.diagnosis.json
+    synattn analyze build/diag/runs/<exp>/headmask-impt-s1 --masks --dev build/m30k/valid \
+        --out results/headmask-diagnose/headmask-impt-s1
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def epochs(metrics: Path) -> list[dict[str, float]]:
@@ -121,69 +117,48 @@ def evaluate(model_file: Path, often: list[str], data: Path | None) -> dict[str,
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    ap.add_argument("run", type=Path, help="a HeadMask run folder (metrics.jsonl, a model file)")
-    ap.add_argument("--model", default=None, help="model file (default: averaged.pt, else the "
-                    "newest checkpoint)")  # fmt: skip
-    ap.add_argument("--data", type=Path, default=None, help="split (default: the run's valid)")
-    ap.add_argument("--window", type=int, default=500)
-    ap.add_argument("--out", type=Path, default=None, help="JSON file (default: print only)")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+def diagnose(
+    run: Path, data: Path | None = None, window: int = 500, model: Path | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """A HeadMask run read back: its recorded masks per window, its validation losses with
+    all heads and as in training, and its model with the often-masked heads off, random heads
+    off and masks as in training; the JSON record and the lines to print
+    (``synattn analyze --masks``)."""
     from synattn_trainer import checkpoint as ck
     from synattn_trainer.mask_frequency import summary
 
-    metrics = args.run / "metrics.jsonl"
+    metrics = run / "metrics.jsonl"
     if not metrics.is_file():
-        raise SystemExit(f"error: {metrics}: no such file (is {args.run} a run folder?)")
-    masks = summary(metrics, args.window)
+        raise ValueError(f"{metrics}: no such file (is {run} a run folder?)")
+    masks = summary(metrics, window)
     if not masks:
-        raise SystemExit(f"error: {metrics}: no headmask records (not a HeadMask run, or one "
-                         "trained before they were logged)")  # fmt: skip
-    print(f"{'updates':>11} {'masked':>6} {'top':>5} {'harmful':>7}  heads masked in >= half")
+        raise ValueError(f"{metrics}: no headmask records (not a HeadMask run, or one trained "
+                         "before they were logged)")  # fmt: skip
+    lines = [f"{'updates':>11} {'masked':>6} {'top':>5} {'harmful':>7}  heads masked in >= half"]
     for w in masks["windows"]:
         harmful = "-" if w["harmful_share"] is None else f"{w['harmful_share']:.2f}"
-        print(
+        lines.append(
             f"{w['updates'][0]:>5}-{w['updates'][1]:<5} {w['heads_ever_masked']:>6} "
             f"{w['top_share']:>5.2f} {harmful:>7}  {' '.join(w['often_masked'])}"
         )
-    print(f"mask entropy over the run: {masks['entropy_bits']:.2f} bits")
+    lines.append(f"mask entropy over the run: {masks['entropy_bits']:.2f} bits")
     ep = epochs(metrics)
-    print("validation loss, all heads / masked as in training:")
-    print("  " + "; ".join(f"{e['update']}: {e['valid_loss']:.3f} / {e['valid_loss_masked']:.3f}"
-                           for e in ep))  # fmt: skip
-    model_file = Path(args.model) if args.model else args.run / "averaged.pt"
+    lines.append("validation loss, all heads / masked as in training:")
+    pairs = [f"{e['update']}: {e['valid_loss']:.3f} / {e['valid_loss_masked']:.3f}" for e in ep]
+    lines.append("  " + "; ".join(pairs))
+    model_file = model or run / "averaged.pt"
     if not model_file.is_file():
-        latest = ck.latest(args.run / "checkpoints")
+        latest = ck.latest(run / "checkpoints")
         if latest is None:
-            raise SystemExit(f"error: {args.run}: no averaged.pt and no checkpoints")
+            raise ValueError(f"{run}: no averaged.pt and no checkpoints")
         model_file = latest
-    ev = evaluate(model_file, masks["often_masked_last_window"], args.data)
-    for key in (
-        "nll_all_heads",
-        "nll_often_masked_off",
-        "nll_random_same_count_off",
-        "nll_masked_as_in_training",
-        "importance_mean",
-        "importance_variance",
-    ):
+    ev = evaluate(model_file, masks["often_masked_last_window"], data)
+    keys = ("nll_all_heads", "nll_often_masked_off", "nll_random_same_count_off",
+            "nll_masked_as_in_training", "importance_mean", "importance_variance")  # fmt: skip
+    for key in keys:
         v = ev.get(key)
-        print(f"{key:>28}: {'-' if v is None else f'{v:.4f}'}")
-    if args.out:
-        from synattn_shared.atomic import atomic_write_text
-
-        windows = [{k: v for k, v in w.items() if k != "shares"} for w in masks["windows"]]
-        record = {
-            "command": "python bench/headmask_diagnose.py " + " ".join(sys.argv[1:]),
-            "run": str(args.run), "masks": {**masks, "windows": windows}, "epochs": ep,
-            "evaluation": ev,
-        }  # fmt: skip
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+        lines.append(f"{key:>28}: {'-' if v is None else f'{v:.4f}'}")
+    windows = [{k: v for k, v in w.items() if k != "shares"} for w in masks["windows"]]
+    record = {"run": str(run), "model": str(model_file), "masks": {**masks, "windows": windows},
+              "epochs": ep, "evaluation": ev}  # fmt: skip
+    return record, lines
