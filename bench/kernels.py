@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_curve import ISA_ORDER
+from synattn_jobs.study.curve import ISA_ORDER
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY_CONFIG = REPO / "examples" / "configs" / "m30k-conv.yaml"  # its model and optimiser

@@ -367,7 +367,7 @@ def main() -> None:
         return
     if args.repeat_only:
         doc = json.loads(json_path.read_text())
-        from reproduce import git_commit  # bench/ is this script's directory
+        from synattn_jobs.study.driver import git_commit
 
         at = git_commit()  # the code that runs, read before the rounds (half an hour)
         key = "rounds" if args.rounds_kind == "m30k" else f"rounds_{args.rounds_kind}"
