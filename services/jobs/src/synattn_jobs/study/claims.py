@@ -41,6 +41,7 @@ from synattn_jobs.verdict import (
     min_detectable_effect,
     reading,
 )
+from synattn_shared.atomic import atomic_write_text
 
 REPO = project_root()
 
@@ -586,7 +587,7 @@ def print_own(path: Path, results: Path, out: Path | None) -> None:
     if out is None:
         print(text)
     else:
-        out.write_text(text + "\n", encoding="utf-8")
+        atomic_write_text(out, text + "\n")
         print(f"{out}: the claims of {spec.study} ({len(spec.claims)})")
 
 
@@ -620,7 +621,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         if new != old:
             stale.append(path.name)
             if not args.check:
-                path.write_text(new, encoding="utf-8")
+                atomic_write_text(path, new)
     if args.check:
         if stale:
             print(f"{' and '.join(stale)}: the claims differ from results/: "

@@ -110,10 +110,9 @@ def plot(results: Path) -> Path | None:
     axes[1].legend(fontsize=8)
     fig.tight_layout()
     out = results / "curve.png"
-    tmp = out.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    os.replace(tmp, out)
     return out
 
 
@@ -360,7 +359,7 @@ def set_aside(results: Path, name: str) -> list[Path]:
         src = results / f"{name}{suffix}.json"
         if src.is_file():
             moved.append(kept / f"{name}.{n}{suffix}.json")
-            os.replace(src, moved[-1])
+            src.rename(moved[-1])  # a free name: a plain rename, atomic on one file system
     return moved
 
 
