@@ -39,6 +39,23 @@ def test_readme_table_matches_results() -> None:
     assert "[docs/study.md](docs/study.md)" in summary
 
 
+def test_the_installed_command_regenerates_the_published_tables_byte_identical() -> None:
+    """``synattn study claims --check`` (the installed CLI, from the repository as its
+    project folder): the published study folders give back docs/study.md's and README.md's
+    tables byte for byte, and the papers' claims come from the versioned claims file."""
+    import subprocess
+    import sys
+
+    synattn = str(Path(sys.executable).with_name("synattn"))
+    done = subprocess.run([synattn, "study", "claims", "--check"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    spec = import_module("synattn_jobs.study.claims_file").load_claims()
+    assert spec.version == 1 and [c.system for c in spec.claims] == [
+        c.system for c in claims().CLAIMS
+    ]
+
+
 def test_the_summary_states_what_the_table_states(tmp_path: Path) -> None:
     """One line per paper, linked to its page: the system, Δ, interval and verdict of the
     table's row (Holm-adjusted over the same family), "not measured yet" for a paper without
