@@ -94,13 +94,13 @@ docs: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: venv
-	$(BIN)/python bench/features.py
-	$(BIN)/python bench/parse.py
+	$(BIN)/python bench/parsing/features.py
+	$(BIN)/python bench/parsing/parse.py
 
 # synattn against fairseq on the same data, BPE, shape and batches (installs fairseq-fixed into
 # .cache/peer/venv once, with this venv's torch pinned; ~40 min on 2 CPU cores)
 bench-peer: venv
-	$(BIN)/python bench/peer.py --data-dir $(DATA_DIR)
+	$(BIN)/python bench/peers/peer.py --data-dir $(DATA_DIR)
 
 # The pipeline in containers (deploy/compose.sh): Redis, PostgreSQL, the APIs and the workers,
 # with the CPU trainer; dockerd, Compose v2 and base images are set up when missing (local

@@ -44,8 +44,10 @@ def free_port() -> int:
 
 
 def bench_script(name: str) -> ModuleType:
-    """``bench/<name>.py`` loaded as the module ``bench_<name>`` (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    """``bench/<kind>/<name>.py`` loaded as the module ``bench_<name>`` (bench/ is not a
+    package; its scripts are grouped by kind: parsing, training, scale, jobs, peers, gpu)."""
+    (path,) = (REPO / "bench").glob(f"*/{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[f"bench_{name}"] = mod

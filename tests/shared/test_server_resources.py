@@ -87,7 +87,8 @@ def test_freeze_heap_exempts_start_up_objects_and_still_collects_later_cycles() 
 
 def test_parser_api_and_model_process_freeze_their_start_up_heaps() -> None:
     """The parser's HTTP process freezes its heap when the app starts, the model process after
-    loading a model (bench/parse.py: without it, 100 ms collections were the 64-client p99)."""
+    loading a model (bench/parsing/parse.py: without it, 100 ms collections were the 64-client
+    p99)."""
     import asyncio
 
     from synattn_parser.api import create_app

@@ -1,4 +1,4 @@
-"""bench/kernels.py: which of torch's CPU kernel sets a machine can be timed with."""
+"""bench/training/kernels.py: which of torch's CPU kernel sets a machine can be timed with."""
 
 from __future__ import annotations
 

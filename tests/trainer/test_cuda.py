@@ -1,7 +1,7 @@
 """Training on a GPU (issue 27's GPU part): CUDA with bf16 autocast, for vanilla and for
 variants that bring their own kernels' inputs (bias, mask, routing). Runs only where CUDA
 exists; on a CPU-only machine (CI, this project's development machines) it skips and says so.
-On a machine without spaCy or ../shared/data (the lent GPU machine, ``bench/gpu_device.sh``) it
+On a machine without spaCy or ../shared/data (the lent GPU machine, ``bench/gpu/gpu_device.sh``) it
 trains on the `make data` shards that ``SYNATTN_TEST_M30K`` names."""
 
 from __future__ import annotations

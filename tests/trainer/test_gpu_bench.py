@@ -1,4 +1,4 @@
-"""bench/gpu.py, the GPU speed and MFU benchmark: its arithmetic, and a real (CPU, tiny) run of
+"""bench/gpu/gpu.py, the GPU speed and MFU benchmark: its arithmetic, and a real (CPU, tiny) run of
 its measuring code, so the script is known to work before a GPU is lent to run it."""
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_a_compiled_run_compiles_each_preset_once(
 
 
 def test_the_gpu_kit_carries_the_first_whole_shards_as_a_dataset(tmp_path: Path) -> None:
-    """bench/gpu_kit.py's training subset is a shard directory the reader takes as it is: the
+    """bench/gpu/gpu_kit.py's training subset is a shard directory the reader takes as it is: the
     first whole shards that hold the pairs asked for, listed by a manifest of their own."""
     from synattn_parser.batch import parse_corpus
     from synattn_shared.shards import ShardDataset
@@ -154,7 +154,7 @@ def test_shards_that_are_not_a_parsed_folder_are_refused_in_one_line(tmp_path: P
     from tests.conftest import REPO
 
     proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "gpu.py"), "--device", "cpu", "--shards",
+        [sys.executable, str(REPO / "bench" / "gpu" / "gpu.py"), "--device", "cpu", "--shards",
          str(tmp_path)], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode != 0
@@ -166,7 +166,8 @@ def test_shards_that_are_not_a_parsed_folder_are_refused_in_one_line(tmp_path: P
 def test_the_profile_script_reports_an_updates_time_and_its_costliest_operators(
     m30k: dict[str, Path],
 ) -> None:
-    """bench/gpu_profile.py on the CPU (no device time to report there), batches built ahead."""
+    """bench/gpu/gpu_profile.py on the CPU (no device time to report there), batches built
+    ahead."""
     import torch
 
     from synattn_trainer.config import TrainConfig

@@ -273,7 +273,7 @@ def test_compile_switch_wraps_the_training_forward(
     fx_config_restored: ModuleType,
 ) -> None:
     """``train.compile`` hands the training module to ``torch.compile`` (spied on here: a real
-    compilation takes minutes on two cores; bench/peer.py --compile measures it), with sizes
+    compilation takes minutes on two cores; bench/peers/peer.py --compile measures it), with sizes
     symbolic and no duck sizing."""
     seen: list[dict[str, Any]] = []
 

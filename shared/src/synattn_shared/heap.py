@@ -3,8 +3,8 @@
 A server's heap is mostly what it loaded at start-up: modules, the app, a parser model. CPython's
 full (generation-2) collection walks all of it, and under load one runs about once a second: in
 the parser API that was a 100 ms stall of the event loop each time, the whole tail of the
-latency distribution (``bench/parse.py``, 64 clients). Objects moved to the permanent generation
-are never scanned again, so a full collection then walks only what requests allocated.
+latency distribution (``bench/parsing/parse.py``, 64 clients). Objects moved to the permanent
+generation are never scanned again, so a full collection then walks only what requests allocated.
 """
 
 from __future__ import annotations

@@ -267,7 +267,7 @@ def app_state(name: str, kind: type[T]) -> Callable[[Request], Awaitable[T]]:
     ``create_app`` put there): ``Store = Annotated[JobStore, Depends(app_state("store",
     JobStore))]``. It is a coroutine function: FastAPI runs a plain function dependency in
     its thread pool, a round trip per dependency and request that was an eighth of the parser
-    API's event loop under load (bench/parse.py)."""
+    API's event loop under load (bench/parsing/parse.py)."""
 
     async def read(request: Request) -> T:
         value: T = getattr(request.app.state, name)

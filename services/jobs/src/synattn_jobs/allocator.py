@@ -5,7 +5,7 @@ A CPU training update allocates and frees tensors of tens to hundreds of MB (the
 again). glibc serves every block over 32 MB with a fresh ``mmap`` and returns it with
 ``munmap``, so each update the kernel faults in, and zeroes, those pages anew: on the study's
 2-core EPYC 70,000 page faults and 15-25% of a worker's CPU time per update
-(``bench/allocator.py``). jemalloc told never to purge freed pages reuses them instead, as
+(``bench/training/allocator.py``). jemalloc told never to purge freed pages reuses them instead, as
 PyTorch's own CPU launcher (``torch.backends.xeon.run_cpu``) preloads it: 1.22x the target
 tokens/s of glibc there, with the trained weights the same bit for bit. The cost: a worker's
 resident memory stays at its peak. Where jemalloc is not installed the worker keeps glibc:

@@ -81,14 +81,15 @@ class ParserSettings(BaseSettings, ServeTimeouts):
         "(affinity and cgroup quota) but one, left to the HTTP process; at least 1, at most 4; "
         "1 when PARSER_MODEL_PROCESS=false. On 2 cores one process served 16 one-sentence "
         "clients 1.21x and 64 clients 1.08x faster than two, with a lower p99 "
-        "(bench/parse_load.py, results/parse-cpu); each process holds its own copy of the model",
+        "(bench/parsing/parse_load.py, results/parse-cpu); each process holds its own copy of "
+        "the model",
     )
     batches_in_flight: int = Field(
         2,
         ge=1,
         le=64,
         description="micro-batches queued per model worker: with 2, one batch's replies and the "
-        "next requests travel while the other parses (bench/parse.py)",
+        "next requests travel while the other parses (bench/parsing/parse.py)",
     )
     preload: bool = True  # load the model at start-up (ready only once it is loaded)
 

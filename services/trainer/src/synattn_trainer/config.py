@@ -72,7 +72,7 @@ class OptimConfig(Strict):
     accumulate: int = Field(1, ge=1, le=1024, description="batches per update")
     implementation: Literal["fused", "foreach", "for-loop"] = Field(
         "fused",
-        description="Adam's kernel: fused (one kernel for every parameter; bench/peer.py), "
+        description="Adam's kernel: fused (one kernel for every parameter; bench/peers/peer.py), "
         "foreach (batched per-op), or PyTorch's per-parameter loop; the same update up to "
         "floating-point rounding",
     )
@@ -89,7 +89,7 @@ class TrainLoopConfig(Strict):
     compile: bool = Field(
         False,
         description="torch.compile the training forward (off by default: on a 2-core CPU it "
-        "did not pay, see bench/peer.py --compile)",
+        "did not pay, see bench/peers/peer.py --compile)",
     )
     cudnn_attention: bool = Field(
         False,

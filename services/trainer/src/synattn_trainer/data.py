@@ -257,7 +257,7 @@ def batch_plan(
     evaluation) and cut greedily: a batch ends before the pair whose width (the longer of its
     two sides, or the batch's so far) times the batch's size would pass ``max_tokens``.
     1.3 s at 4.5M pairs, 2.4x faster than a lexsort and a loop over pairs
-    (``bench/batch_plan.py``); it is built at every epoch's start and every resume.
+    (``bench/training/batch_plan.py``); it is built at every epoch's start and every resume.
     """
     src = np.asarray(src_lens)  # int32 from a corpus: half the scratch of int64
     tgt = np.asarray(tgt_lens)

@@ -3,7 +3,7 @@
 On the CPU, ``F.dropout`` draws one random number per element, and drawing them is nearly all
 of its cost: about 10 ms for a 2,048 x 512 activation on two cores, against 0.07 ms for a
 multiplication of the same size, so a small Transformer spends about a tenth of its update in
-dropout (bench/peer.py's profile). Here each 64-bit random word gives four 16-bit draws, the
+dropout (bench/peers/peer.py's profile). Here each 64-bit random word gives four 16-bit draws, the
 keep test is one comparison, and the mask is applied by one multiplication: about a third of the
 time. The drop probability is rounded to a multiple of 1/65,536 (0.1 becomes 0.100006) and the
 kept values are scaled by the reciprocal of the rounded keep probability, so the output stays

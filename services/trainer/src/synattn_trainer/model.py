@@ -232,7 +232,7 @@ class MultiHeadAttention(nn.Module):
                 heads = heads + term.to(heads.dtype)
         elif q.shape[2] == 1 or (p_drop > 0 and fast_on(q.device)):
             # one query (a decoding step): two small matrix products beat the fused kernel,
-            # whose blocking is made for many queries (about 2x on the CPU, bench/peer.py).
+            # whose blocking is made for many queries (about 2x on the CPU, bench/peers/peer.py).
             # With dropout, SDPA on the CPU falls back to explicit attention anyway; the same
             # computation here takes the cheaper dropout mask (synattn_trainer.dropout).
             probs = self._probs(q, k, mask)

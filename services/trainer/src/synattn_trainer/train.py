@@ -57,8 +57,8 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     one pass: ``softmax - (1 - eps) * onehot - eps / V`` per kept row. Autograd through
     ``log_softmax``, ``nll_loss`` and a sum fills a zero matrix, scatters, expands and runs the
     log-softmax backward, several passes over a ``[tokens, vocabulary]`` matrix, which on a CPU
-    is a tenth of a small model's update (bench/peer.py). Returns (loss, nll); the NLL carries
-    no gradient."""
+    is a tenth of a small model's update (bench/peers/peer.py). Returns (loss, nll); the NLL
+    carries no gradient."""
 
     @staticmethod
     def forward(ctx: Any, logits: Tensor, gold: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:

@@ -185,7 +185,7 @@ def attention(
         arrays, src, tgt = explorer.row_attention(run.model, run.tok, corpus, row)
         roles = explorer.head_roles(run.model)  # after the forward: RHE's labels are this row's
     # the arrays go out as numpy through orjson: what the route would otherwise spend on
-    # validating and encoding ~10^4-10^5 floats as Python objects (bench/attention_api.py)
+    # validating and encoding ~10^4-10^5 floats as Python objects (bench/training/attention_api.py)
     return ORJSONResponse({
         "job": job.id,
         "split": None if req.text is not None else req.split,

@@ -27,8 +27,8 @@ Every corpus runs as one process and as 2 DDP ranks (gloo, one thread each); the
 loader that the cache replaced (``mapped=False``) runs beside it up to ``--baseline-max`` pairs,
 in the same run. Results: ``results/scale/scale.json`` and ``scale.png``.
 
-    python bench/scale.py                    # about an hour on 2 cores
-    python bench/scale.py --sizes 29000 --wmt-sizes "" --updates 20   # a quick look
+    python bench/scale/scale.py                    # about an hour on 2 cores
+    python bench/scale/scale.py --sizes 29000 --wmt-sizes "" --updates 20   # a quick look
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMAPS_FIELDS = ("Rss", "Pss", "Private_Clean", "Private_Dirty", "Anonymous")
 
 
@@ -166,7 +166,7 @@ def watch(
     memory: reading ``smaps_rollup`` walks the page table of the mapped cache (60 ms a read at
     4.5M pairs once a few hundred batches are read, 12 ms at 29k), and on these 2 vCPUs a
     reader every 0.2 s slowed the watched trainer by 13% at 4.5M pairs (890.9 against 788.6 ms
-    per update, ``bench/scale_steps.py`` with and without it), so speed is measured in runs
+    per update, ``bench/scale/scale_steps.py`` with and without it), so speed is measured in runs
     nobody samples."""
     t0 = time.time()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -6,7 +6,7 @@ budget and seed (re-running resumes unfinished runs), translates test2016 with t
 checkpoint and prints cased detokenised sacreBLEU, lowercased BLEU, chrF and the paired-bootstrap
 p-value against vanilla (sacreBLEU, 1000 resamples), with the budget.
 
-    python bench/quality.py --variants vanilla dea lpea rhe+lpea slr-gated \
+    python bench/training/quality.py --variants vanilla dea lpea rhe+lpea slr-gated \
         [--updates 1000] [--model tiny8|small] [--seed 1] [--data-dir ../shared/data]
 
 On a small CPU, several processes (``OMP_NUM_THREADS=1``, disjoint ``--variants``) may share the
@@ -35,7 +35,7 @@ from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.tokenizer import train_tokenizer
 from synattn_trainer.train import Trainer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "bench" / "quality"
 MODELS = {
     "tiny8": {"enc_layers": 3, "dec_layers": 3, "d_model": 128, "d_ff": 512, "heads": 8},

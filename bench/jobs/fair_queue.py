@@ -16,7 +16,7 @@ database of its own (dropped afterwards) and Redis database 13 (flushed).
 (Named fair_queue.py, not queue.py: a ``bench/queue.py`` would shadow the standard library's
 ``queue`` module for every script in ``bench/``, torch's imports included.)
 
-    python bench/fair_queue.py [--queued 10000] [--users 20] [--jobs 300] [--decisions 200]
+    python bench/jobs/fair_queue.py [--queued 10000] [--users 20] [--jobs 300] [--decisions 200]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379/13"
 

@@ -22,9 +22,9 @@ toolkits alternate (which goes first alternates too), and medians are printed.
 
 fairseq (``fairseq-fixed``, 0.12.3.1, a maintained build of fairseq 0.12) is installed into
 ``.cache/peer/venv`` with this environment's torch version pinned, so a CPU machine never pulls
-a CUDA build; ``bench/peer_fairseq.py`` is its side.
+a CUDA build; ``bench/peers/peer_fairseq.py`` is its side.
 
-    python bench/peer.py [--pairs 6000] [--vocab 4000] [--repeats 3] [--train-updates 1200]
+    python bench/peers/peer.py [--pairs 6000] [--vocab 4000] [--repeats 3] [--train-updates 1200]
                          [--seeds 1 2 3]
                          [--threads 1 2] [--device cpu] [--data-dir ../shared/data]
 """
@@ -44,7 +44,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "peer"
 FAIRSEQ = "fairseq-fixed==0.12.3.1"
 # fairseq's run-time needs, minus torchaudio (speech only; it would pull another torch build)
@@ -268,7 +268,7 @@ def run_job(tool: str, mode: str, job: dict[str, Any], py: Path) -> dict[str, An
     env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "CUDA_VISIBLE_DEVICES":
            os.environ.get("CUDA_VISIBLE_DEVICES", "0")}  # fmt: skip
     if tool == "fairseq":
-        cmd = [str(py), str(REPO / "bench" / "peer_fairseq.py"), mode]
+        cmd = [str(py), str(REPO / "bench" / "peers" / "peer_fairseq.py"), mode]
     else:
         cmd = [sys.executable, __file__, "--worker", mode]
     subprocess.run([*cmd, "--job", str(job_file), "--out", str(out)], check=True, env=env,
@@ -322,7 +322,7 @@ def main() -> None:
     }  # fmt: skip
     fs_versions = json.loads(
         subprocess.run(
-            [str(py), str(REPO / "bench" / "peer_fairseq.py"), "versions"],
+            [str(py), str(REPO / "bench" / "peers" / "peer_fairseq.py"), "versions"],
             check=True,
             capture_output=True,
             text=True,

@@ -6,7 +6,7 @@ Parses N sentences with spaCy once (cached under .cache/bench), then times
 each repeated; prints medians in sentences/s, their ratio (goal: (b) >= 20 x (a)) and bytes per
 sentence on disk. Dense reader-side materialisation is reported for information.
 
-    python bench/features.py [--n 20000] [--data-dir ../shared/data] [--repeats 5]
+    python bench/parsing/features.py [--n 20000] [--data-dir ../shared/data] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from synattn_shared.pipeline import build_dataset
 from synattn_shared.readers.spacy_doc import record_from_doc
 from synattn_shared.records import SentenceRecord
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def load_nlp() -> spacy.language.Language:

@@ -6,9 +6,9 @@ drives it with ``--clients`` one-sentence clients over the first ``--n`` Multi30
 prints sentences/s, p50/p99 latency, the CPU (in cores) of the HTTP process, of each model
 process and of this load generator, the HTTP process's CPU per request, and the mean
 micro-batch size (from ``/metrics``). On a machine whose cores are all busy, this says which
-process the time goes to. ``bench/parse.py`` measures the goals; this explains them.
+process the time goes to. ``bench/parsing/parse.py`` measures the goals; this explains them.
 
-    python bench/parse_load.py --config - --config PARSER_MODEL_WORKERS=1 [--clients 16 64]
+    python bench/parsing/parse_load.py --config - --config PARSER_MODEL_WORKERS=1 [--clients 16 64]
         [--rounds 2] [--n 3000]
 """
 
@@ -30,7 +30,7 @@ from parse import clients, percentile, start_server
 from synattn_shared.datasets import multi30k_lines
 from synattn_shared.heap import freeze_heap
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parse_config(text: str) -> dict[str, str]:

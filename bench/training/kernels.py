@@ -5,11 +5,11 @@ torch picks its vector kernels (``DEFAULT``, ``AVX2``, ``AVX512``) from the CPU,
 on a machine with a wider set follows another trajectory unless it is told to use the earlier
 one (``synattn study curve`` says how); this prints what that costs, or gains. The model and
 optimiser are the study's (read from m30k-conv.yaml: 3+3 layers, d=128, 8 heads) on real Multi30k
-batches of ~4,096 tokens, timed through ``Trainer.step`` as in ``bench/variants.py``; each
+batches of ~4,096 tokens, timed through ``Trainer.step`` as in ``bench/training/variants.py``; each
 kernel set runs in its own process (the variable is read when torch loads), interleaved over
 repeats; medians, and the ratio to the machine's own choice.
 
-    python bench/kernels.py [--updates 12] [--repeats 3] [--threads 2]
+    python bench/training/kernels.py [--updates 12] [--repeats 3] [--threads 2]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synattn_jobs.study.curve import ISA_ORDER
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STUDY_CONFIG = REPO / "examples" / "configs" / "m30k-conv.yaml"  # its model and optimiser
 
 

@@ -8,9 +8,10 @@ MFU is about 19 ms) and nothing said where the rest went: the host (Python, laun
 building, synchronisations) or the device (kernels slower than their FLOPs). A device busy
 most of the wall time points at the kernels; one mostly idle, at the host.
 
-    python bench/gpu_profile.py --shards build/gpu-kit                  # vanilla, on CUDA
-    python bench/gpu_profile.py --shards build/gpu-kit --variants vanilla dea --loader-workers 8
-    python bench/gpu_profile.py --shards build/m30k --device cpu --shape tiny8 --updates 2
+    python bench/gpu/gpu_profile.py --shards build/gpu-kit                  # vanilla, on CUDA
+    python bench/gpu/gpu_profile.py --shards build/gpu-kit --variants vanilla dea \
+        --loader-workers 8
+    python bench/gpu/gpu_profile.py --shards build/m30k --device cpu --shape tiny8 --updates 2
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from synattn_trainer.config import TrainConfig
 from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.train import Trainer
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-import gpu  # noqa: E402  bench/gpu.py: the shapes
-import variants as bench_variants  # noqa: E402  bench/variants.py: the timed batches
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu  # noqa: E402  bench/gpu/gpu.py: the shapes
+import variants as bench_variants  # noqa: E402  bench/training/variants.py: the timed batches
 
 
 def _device_us(event: Any) -> float:

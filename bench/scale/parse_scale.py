@@ -10,7 +10,7 @@ Reported: sentences/s overall and per worker, sentences/s in each tenth of the c
 last tenth's ratio to the first, and each process's memory in the first and last tenth of the
 run's time (flat memory: the ratio stays near 1). Results: ``results/scale/parse.json``.
 
-    python bench/parse_scale.py [--n 1000000] [--workers 2] [--data-dir ../shared/data]
+    python bench/scale/parse_scale.py [--n 1000000] [--workers 2] [--data-dir ../shared/data]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import children, machine, smaps
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def corpus(data_dir: Path, n: int, out: Path) -> tuple[Path, Path]:

@@ -7,8 +7,8 @@ checkpoints): a full clone pays for them, a partial one does not. Both clones ar
 checkout over git's own transport (``file://``, with the server-side filter enabled as GitHub
 and GitLab enable it), so the figures are pack bytes, not network timing.
 
-    python bench/clone_size.py                 # print and write results/clone/clone.json
-    python bench/clone_size.py --partial-only  # skip the (slow) full clone
+    python bench/scale/clone_size.py                 # print and write results/clone/clone.json
+    python bench/scale/clone_size.py --partial-only  # skip the (slow) full clone
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FILTER = "blob:none"
 
 

@@ -6,7 +6,7 @@ variant: warm-up updates, then timed updates of the trainer's own ``Trainer.step
 batch's syntax tensors, HeadMask gates, forward, backward, Adam and the schedule). Prints target
 tokens/s, the median over repeats, and the ratio to vanilla (goal for bias/mask variants: 0.85).
 
-    python bench/variants.py [--variants dea lpea ...] [--updates 12] [--repeats 3]
+    python bench/training/variants.py [--variants dea lpea ...] [--updates 12] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.tokenizer import train_tokenizer
 from synattn_trainer.train import Trainer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "bench" / "variants"
 
 KIND = {  # what the variant adds to the logits: the 0.85 goal is for bias/mask variants

@@ -6,8 +6,8 @@ at 4.5M pairs here); ``batch_plan`` now sorts the pairs of lengths by radix, ord
 each group, and cuts a run of equal widths at a time. Both are timed here on the same lengths,
 alternating, and must give the same plan.
 
-    python bench/batch_plan.py                                  # 4.5M synthetic pairs
-    python bench/batch_plan.py --data build/scale/m30k-4500000  # a corpus's own lengths
+    python bench/training/batch_plan.py                                  # 4.5M synthetic pairs
+    python bench/training/batch_plan.py --data build/scale/m30k-4500000  # a corpus's own lengths
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def lengths(data: Path | None, pairs: int) -> tuple[np.ndarray, np.ndarray]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", type=Path, help="a parsed corpus with its cache (bench/scale.py)")
+    p.add_argument("--data", type=Path,
+                   help="a parsed corpus with its cache (bench/scale/scale.py)")  # fmt: skip
     p.add_argument("--pairs", type=int, default=4_500_000)
     p.add_argument("--max-tokens", type=int, default=2048)
     p.add_argument("--repeat", type=int, default=5)

@@ -7,8 +7,8 @@ Why: on the first GPU run the syntax presets trained at 0.2-0.45x of vanilla; a 
 takes longer to build than the GPU takes to train on it starves the GPU unless it is built
 ahead (``Trainer(loader_workers=N)``). Medians over ``--batches`` batches.
 
-    python bench/batch_build.py              # make data's shards, the GPU bench's presets
-    python bench/batch_build.py --variants vanilla dea --shards build/gpu-kit
+    python bench/gpu/batch_build.py              # make data's shards, the GPU bench's presets
+    python bench/gpu/batch_build.py --variants vanilla dea --shards build/gpu-kit
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from synattn_trainer.data import make_batch
 from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.train import Trainer
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-import gpu  # noqa: E402  bench/gpu.py: the shapes
-import variants as bench_variants  # noqa: E402  bench/variants.py: the timed batches
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu  # noqa: E402  bench/gpu/gpu.py: the shapes
+import variants as bench_variants  # noqa: E402  bench/training/variants.py: the timed batches
 
 
 def build_ms(cfg: TrainConfig, max_tokens: int, batches: int) -> tuple[float, int]:

@@ -12,7 +12,7 @@ On the first N Multi30k training sentences, in one run:
       clients, p99 latency (goal < 100 ms). Run for the server's default (one model process per
       usable core but one, at least 1, at most 4) and, where that is more than one, for one
       model process, so every ratio is also stated at equal numbers of model processes
-      (``bench/parse_load.py`` compares any configurations, with each process's CPU);
+      (``bench/parsing/parse_load.py`` compares any configurations, with each process's CPU);
   (d) memory: M sentences through the running default server (32 per request); resident memory
       of the API process and its model workers after warm-up and at the end (goal: growth
       < 10%);
@@ -22,7 +22,8 @@ On the first N Multi30k training sentences, in one run:
 The server runs as ``synattn serve-parser`` (the command users run, with its time limits).
 Every rate is the median of --repeats runs (latency percentiles pool the runs' requests).
 
-    python bench/parse.py [--n 5000] [--memory-n 20000] [--repeats 3] [--data-dir ../shared/data]
+    python bench/parsing/parse.py [--n 5000] [--memory-n 20000] [--repeats 3] \
+        [--data-dir ../shared/data]
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from synattn_shared.cpus import usable_cpus
 from synattn_shared.datasets import multi30k_lines
 from synattn_shared.heap import freeze_heap
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def raw_spacy(lines: list[str]) -> float:

@@ -3,7 +3,8 @@ utilisation (MFU), and every attention preset's speed relative to vanilla, in on
 
 The shape is Transformer-base (6+6 layers, d=512, FFN 2048, 8 heads, tied embeddings) on real
 Multi30k batches of about ``--max-tokens`` target tokens (parsed once by spaCy and cached with
-``bench/variants.py``'s cache, an 8k joint vocabulary), in bf16 autocast (``precision: auto``).
+``bench/training/variants.py``'s cache, an 8k joint vocabulary), in bf16 autocast
+(``precision: auto``).
 Each timed update is the trainer's own ``Trainer.step`` (batch building, HeadMask gates, forward,
 backward, clipping, fused Adam, schedule), with the device synchronised around the timing.
 Repeats are interleaved over the presets so drift hits them alike; figures are medians.
@@ -21,10 +22,10 @@ variants starved by batch building on the CPU. The vanilla figures are for the f
 A preset that fails on the device is reported with its error, not skipped in silence. The
 figures go to ``results/gpu/<device>.json`` (``--out``) and to stdout.
 
-    python bench/gpu.py                                 # all presets, on the CUDA device
-    python bench/gpu.py --variants vanilla dea lpea --compile
-    python bench/gpu.py --shards build/m30k            # `make data`'s shards, no parsing
-    python bench/gpu.py --device cpu --shape tiny8 --updates 2 --repeats 1 --pairs 500  # smoke
+    python bench/gpu/gpu.py                                 # all presets, on the CUDA device
+    python bench/gpu/gpu.py --variants vanilla dea lpea --compile
+    python bench/gpu/gpu.py --shards build/m30k            # `make data`'s shards, no parsing
+    python bench/gpu/gpu.py --device cpu --shape tiny8 --updates 2 --repeats 1 --pairs 500  # smoke
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ from synattn_trainer.model import count_parameters
 from synattn_trainer.presets import VARIANTS, merge
 from synattn_trainer.train import Trainer
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-import variants as bench_variants  # noqa: E402  bench/variants.py: its data cache, timed loop
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+import variants as bench_variants  # noqa: E402  bench/training/variants.py: its data cache, timed loop
 
 SHAPES: dict[str, dict[str, Any]] = {
     "base": {"enc_layers": 6, "dec_layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8},
@@ -341,7 +342,7 @@ def main() -> None:
     ap.add_argument(
         "--shards", type=Path,
         help="a `make data` folder (train/ and tokenizer.json) to use instead of parsing "
-        "--pairs pairs (a machine without spaCy: the lent GPU, bench/gpu_device.sh)",
+        "--pairs pairs (a machine without spaCy: the lent GPU, bench/gpu/gpu_device.sh)",
     )  # fmt: skip
     ap.add_argument("--out", type=Path, help="report JSON (default results/gpu/<device>.json)")
     args = ap.parse_args()
@@ -373,7 +374,7 @@ def main() -> None:
                  repeats=args.repeats, max_tokens=args.max_tokens, peak=peak,
                  loader_workers=args.loader_workers,
                  warm_rounds=args.warm_rounds)  # fmt: skip
-    report["command"] = "python bench/gpu.py " + " ".join(sys.argv[1:])
+    report["command"] = "python bench/gpu/gpu.py " + " ".join(sys.argv[1:])
     print(render(report))
     out = args.out or REPO / "results" / "gpu" / f"{slug(report['device'])}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,12 @@
-"""fairseq's side of ``bench/peer.py``; runs in fairseq's own virtualenv (never imports synattn).
+"""fairseq's side of ``bench/peers/peer.py``; runs in fairseq's own virtualenv (never imports
+synattn).
 
 Builds fairseq's ``transformer`` through its own option parser, task, criterion, optimiser and
 ``fairseq.trainer.Trainer`` (what ``fairseq-train`` runs per update), and its
-``SequenceGenerator`` (what ``fairseq-generate`` runs). Batches come from ``bench/peer.py`` as
-lists of row indices, so both toolkits see the same sentences in the same batches; each batch is
-made by fairseq's own collater inside the timed loop, as synattn's ``make_batch`` is.
+``SequenceGenerator`` (what ``fairseq-generate`` runs). Batches come from
+``bench/peers/peer.py`` as lists of row indices, so both toolkits see the same sentences in the
+same batches; each batch is made by fairseq's own collater inside the timed loop, as synattn's
+``make_batch`` is.
 
     python peer_fairseq.py speed  --job job.json   # tokens/s over the job's batches
     python peer_fairseq.py train  --job job.json   # train the job's updates, save the weights

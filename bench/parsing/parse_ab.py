@@ -7,7 +7,7 @@ count in ``--workers``. The older commit is checked out into a temporary git wor
 with this virtualenv, its source directories first on ``PYTHONPATH`` (so its dependencies must
 be this checkout's). Prints every run and the medians, with the ratio new/old.
 
-    python bench/parse_ab.py --old dd1cb93 [--rounds 3] [--workers 2 1] [--n 3000]
+    python bench/parsing/parse_ab.py --old dd1cb93 [--rounds 3] [--workers 2 1] [--n 3000]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from parse import clients, percentile, start_server
 
 from synattn_shared.datasets import multi30k_lines
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("shared/src", "services/parser/src", "services/trainer/src", "services/jobs/src")
 
 

@@ -16,7 +16,8 @@ over repeats. It prints the median target tokens/s and its ratio to glibc, CPU s
 update in user and kernel mode, minor page faults per update and the peak resident memory;
 then a digest of the trained parameters and Adam state, which must be one for all allocators.
 
-    python bench/allocator.py [--variant vanilla] [--updates 12] [--repeats 3] [--threads 1]
+    python bench/training/allocator.py [--variant vanilla] [--updates 12] [--repeats 3] \
+        [--threads 1]
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from synattn_jobs.allocator import (
     training_env,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STUDY_CONFIG = REPO / "examples" / "configs" / "m30k-conv.yaml"  # its model and optimiser
 # PyTorch's CPU launcher's jemalloc setting (torch.backends.xeon.run_cpu): purges with decay
 JEMALLOC_TORCH = "oversize_threshold:1,background_thread:true,metadata_thp:auto"

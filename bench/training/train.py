@@ -8,7 +8,8 @@ label-smoothed loss, backward and an Adam step. Both models get the same token e
 sinusoidal positions, padding masks and output projection; they differ only in the encoder-
 decoder stack. Interleaved repeats; medians. Goal: ratio >= 1.0.
 
-    python bench/train.py [--updates 10] [--repeats 3] [--train-updates 400] [--data-dir ...]
+    python bench/training/train.py [--updates 10] [--repeats 3] [--train-updates 400] \
+        [--data-dir ...]
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from synattn_trainer.train import Trainer, token_loss
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quality import CACHE, prepare
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = {"enc_layers": 3, "dec_layers": 3, "d_model": 256, "d_ff": 1024, "heads": 8}
 
 

@@ -7,14 +7,14 @@ That machine (the ``device`` tool; Python 3.12 and CUDA torch, no package regist
   (pydantic and its parts, nltk; the versions of this virtualenv), for its Python;
 - ``build/gpu-kit/``: ``make data``'s valid shards and vocabulary with the first
   ``--train-pairs`` training pairs (whole shards, manifest trimmed): the CUDA tests train on
-  them and ``bench/gpu.py --shards`` times on them, so nothing is parsed there.
+  them and ``bench/gpu/gpu.py --shards`` times on them, so nothing is parsed there.
 
-Then, on the device machine (``bench/gpu_device.sh`` says what each stage runs)::
+Then, on the device machine (``bench/gpu/gpu_device.sh`` says what each stage runs)::
 
-    run(command="bash bench/gpu_device.sh tests bench", carry=[".whl", "build/gpu-kit"])
+    run(command="bash bench/gpu/gpu_device.sh tests bench", carry=[".whl", "build/gpu-kit"])
 
-    python bench/gpu_kit.py                      # after `make data`
-    python bench/gpu_kit.py --python 3.11 --whl build/whl311   # wheels for a local dry run
+    python bench/gpu/gpu_kit.py                      # after `make data`
+    python bench/gpu/gpu_kit.py --python 3.11 --whl build/whl311   # wheels for a local dry run
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from synattn_shared.manifest import MANIFEST_NAME, ShardInfo, load_manifest, write_json
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # imported by synattn_trainer, synattn_shared or the tests, and absent from the GPU image
 # (/work/.library/device/KINDS.md lists what it holds; typing_extensions: pydantic needs a

@@ -1,13 +1,13 @@
 """Per-update time of the trainer on the 29k and 4.5M replicated corpora, on the same batches.
 
-Where ``bench/scale.py`` reads the trainer's own tokens/s (which includes building each epoch's
-batch plan: 2.4 s at 4.5M pairs, once per epoch), this times ``Trainer.step`` itself and the
-batch building inside it, and counts the process's page faults (major ones: cache pages read
-from disk). Run ``bench/scale.py`` first (it leaves the corpora and, with ``--repeat``, the
+Where ``bench/scale/scale.py`` reads the trainer's own tokens/s (which includes building each
+epoch's batch plan: 2.4 s at 4.5M pairs, once per epoch), this times ``Trainer.step`` itself and
+the batch building inside it, and counts the process's page faults (major ones: cache pages read
+from disk). Run ``bench/scale/scale.py`` first (it leaves the corpora and, with ``--repeat``, the
 two caches under ``build/scale``); alternate the corpora, one process each:
 
     for n in m30k-29000 m30k-4500000 m30k-29000 m30k-4500000; do
-        OMP_NUM_THREADS=1 PYTHONPATH=. python bench/scale_steps.py $n; done
+        OMP_NUM_THREADS=1 PYTHONPATH=. python bench/scale/scale_steps.py $n; done
 """
 
 from __future__ import annotations

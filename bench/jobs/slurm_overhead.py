@@ -15,7 +15,7 @@ Needs ``make data`` (build/m30k), Redis on 6379 (.ci/services.sh) and the local 
 (``deploy/slurm/local-cluster.sh up``, as root). Run it on an otherwise idle machine: it is a
 timing run.
 
-    python bench/slurm_overhead.py [--repeats 5] [--updates 200]
+    python bench/jobs/slurm_overhead.py [--repeats 5] [--updates 200]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SYNATTN = str(Path(sys.executable).with_name("synattn"))
 SLURM_CONF = "/tmp/synattn-slurm/slurm.conf"
 

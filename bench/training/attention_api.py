@@ -7,7 +7,8 @@ loaded: cold), and ``--rows`` further rows with the model cached (warm; median a
 two baselines from the same run: ``GET /v1/jobs/{id}`` (what any authenticated route costs) and
 the same rows through ``synattn attention``'s code path in this process (model loaded).
 
-    python bench/attention_api.py [--checkpoint build/curve/vanilla-s1/checkpoints/ckpt-...pt]
+    python bench/training/attention_api.py \
+        [--checkpoint build/curve/vanilla-s1/checkpoints/ckpt-...pt]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
