@@ -518,9 +518,12 @@ def summary(results: Path, study: str = STUDY, docs: str = "docs/") -> str:
     first = next((f for _, f, _, _ in rows if f is not None), None)
     if first is not None:
         b = first["run"]["budget"]
+        # the seeds each row compares, paired with its baseline's (not the grid's planned ones)
+        paired = sorted({len(f["row"]["diffs"]) for _, f, _, _ in rows if f is not None})
+        seeds = f"{paired[0]}" if len(paired) == 1 else f"{paired[0]}-{paired[-1]}"
         out += [
             f"Each paper's headline system against the baseline its paper used, "
-            f"{len(first['report']['seeds'])} seeds, {b['max_updates']:,} updates of a small "
+            f"{seeds} seeds, {b['max_updates']:,} updates of a small "
             f"model ({b['model']}) on Multi30k (`{first['report']['name']}`). A verdict is "
             "*better* or *worse* only when both tests, Holm-adjusted over the five rows, give "
             "p < 0.05 and every seed moved the same way; anything else is *inconclusive*.",
