@@ -612,6 +612,19 @@ def hold_new_runs(exp_id: str, hold: bool) -> None:
         store.set_quota(owner, queued, 0 if hold else None)
 
 
+def wait_until_ready(worker: Any, log: Path, timeout_s: float = 120.0) -> None:
+    """Until a worker's log says it is ready (Celery's ``ready.``), it exits, or ``timeout_s``
+    passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and worker.poll() is None:
+        try:
+            if " ready." in log.read_text(encoding="utf-8", errors="replace"):
+                return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.2)
+
+
 def exit_on_termination() -> None:
     """SIGTERM and SIGHUP (a ``kill``, a closed terminal, a session's end) leave through
     ``SystemExit``, so that the driver's ``finally`` stops its workers warmly (each running run
@@ -738,10 +751,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
 
     threads = {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     logs = args.home / "jobs"
-    workers = [
-        start_worker("train", {**env, **threads}, log=logs / f"repro-worker-{k}.log")
-        for k in range(args.workers)
-    ]
+    workers = []
+    for k in range(args.workers):
+        log = logs / f"repro-worker-{k}.log"
+        workers.append(start_worker("train", {**env, **threads}, log=log))
+        if k == 0 and args.workers > 1:
+            # the first worker creates the embedded broker's tables and queue rows; a second
+            # one starting beside it on a fresh study can lose that race and exit (SQLite's
+            # UNIQUE constraint on kombu_queue.name), so the others start once it is ready
+            wait_until_ready(workers[0], log)
     from synattn_jobs.store import TERMINAL
 
     store = study_store()
