@@ -18,9 +18,9 @@ def test_a_job_reaching_its_time_limit_is_signalled_checkpointed_requeued_and_fi
 ) -> None:
     """A 1-minute time limit with the signal 55 s before it (2,500 updates: long enough that
     Slurm's check, every half minute, signals it before it could end): Slurm sends SIGUSR1
-    within the first half minute, the run saves at its next update, goes back to queued and asks Slurm
-    to requeue it (same Slurm job id). The cluster's admin then lifts the limit, and the job
-    resumes from where it stopped and finishes."""
+    within the first half minute, the run saves at its next update, goes back to queued and
+    asks Slurm to requeue it (same Slurm job id). The cluster's admin then lifts the limit, and
+    the job resumes from where it stopped and finishes."""
     import subprocess
 
     slurm.vars["SYNATTN_SLURM_SIGNAL_S"] = "55"
