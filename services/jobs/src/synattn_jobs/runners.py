@@ -21,7 +21,12 @@ if TYPE_CHECKING:  # the trainer (torch) is imported when a job runs, not with t
     from synattn_trainer.config import TrainConfig
     from synattn_trainer.train import TrainResult
 
-__all__ = ["Cancelled", "run_parse", "run_train"]  # Cancelled: where it was first defined
+__all__ = [
+    "Cancelled",
+    "run_job",
+    "run_parse",
+    "run_train",
+]  # Cancelled: where it was first defined
 
 Progress = Callable[[dict[str, Any]], None]
 ShouldStop = Callable[[], bool]
@@ -170,6 +175,22 @@ def run_train(
                 importance_variance=summary["importance_variance"],
             )
     return out
+
+
+def run_job(
+    kind: str, spec: dict[str, Any], out_dir: Path, progress: Progress, should_stop: ShouldStop
+) -> dict[str, Any]:
+    """A stored job run by its kind's runner: what a Celery worker and a Slurm batch step both
+    do with a claimed job (a training spec queued before specs were resolved is read as
+    submitted)."""
+    if kind == "train":
+        train: TrainJobSpec = (
+            StoredTrainSpec.model_validate(spec)
+            if "resolved" in spec
+            else TrainJobSpec.model_validate(spec)
+        )
+        return run_train(train, out_dir, progress, should_stop)
+    return run_parse(ParseJobSpec.model_validate(spec), out_dir, progress, should_stop)
 
 
 def _train_here(

@@ -47,7 +47,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from synattn_jobs.errors import BadJobSpec, Cancelled
 from synattn_jobs.failure import failure_text
 from synattn_jobs.settings import JobSettings, get_settings
-from synattn_jobs.specs import MAX_PROCESSES, ParseJobSpec, StoredTrainSpec, TrainJobSpec
+from synattn_jobs.specs import MAX_PROCESSES
 from synattn_jobs.store import JobState, JobStore
 
 log = logging.getLogger("synattn.jobs")
@@ -241,17 +241,8 @@ def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
 
     should_stop = cancel_checker(job_id, beat)
     try:
-        if kind == "train":
-            spec: Any = (
-                StoredTrainSpec.model_validate(job.spec)
-                if "resolved" in job.spec
-                else TrainJobSpec.model_validate(job.spec)  # queued before specs were resolved
-            )
-            run: Callable[..., dict[str, Any]] = runners.run_train
-        else:
-            spec = ParseJobSpec.model_validate(job.spec)
-            run = runners.run_parse
-        result = run(spec, Path(job.out_dir), progress_reporter(job_id), should_stop)
+        result = runners.run_job(kind, job.spec, Path(job.out_dir), progress_reporter(job_id),
+                                 should_stop)  # fmt: skip
     except Cancelled as exc:
         if SHUTTING_DOWN.is_set() and not s.cancel_requested(job_id):
             s.release(job_id, me, "worker shut down; requeued")

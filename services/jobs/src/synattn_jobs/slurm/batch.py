@@ -31,7 +31,6 @@ from synattn_jobs.errors import BadJobSpec, Cancelled
 from synattn_jobs.failure import failure_text
 from synattn_jobs.settings import get_settings
 from synattn_jobs.slurm import commands, ledger
-from synattn_jobs.specs import ParseJobSpec, StoredTrainSpec, TrainJobSpec
 
 log = logging.getLogger("synattn.slurm")
 SIGNALLED: dict[str, int] = {}  # the first of Slurm's signals this process got, by name
@@ -75,17 +74,8 @@ def run(job_id: str) -> int:
         patiently(lambda: s.finish(job_id, state, worker=me, **outcome), "finish")
 
     try:
-        if job.kind == "train":
-            spec: Any = (
-                StoredTrainSpec.model_validate(job.spec)
-                if "resolved" in job.spec
-                else TrainJobSpec.model_validate(job.spec)
-            )
-            result = runners.run_train(spec, Path(job.out_dir), progress_reporter(job_id),
-                                       should_stop)  # fmt: skip
-        else:
-            result = runners.run_parse(ParseJobSpec.model_validate(job.spec), Path(job.out_dir),
-                                       progress_reporter(job_id), should_stop)  # fmt: skip
+        result = runners.run_job(job.kind, job.spec, Path(job.out_dir),
+                                 progress_reporter(job_id), should_stop)  # fmt: skip
     except Cancelled as exc:
         if s.cancel_requested(job_id):
             settle("cancelled", error=str(exc))
