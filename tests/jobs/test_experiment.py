@@ -70,6 +70,17 @@ def test_experiment_runs_and_reports(embedded: Env, tmp_path: Path) -> None:
                       weights_only=False)  # fmt: skip
     assert slr["selection"] == "best_valid" and slr["updates"] == []
     assert [slr["checkpoint_update"]] == best["updates"]
+    # every run records its heads' importance on the validation set (the HeadMask paper's
+    # Tables 5-6), the same numbers its final model gives when measured again
+    from synattn_trainer.analysis import importance_statistics
+    from synattn_trainer.loading import load_model
+
+    vanilla = next(r for r in runs if r.name == "vanilla-s1")
+    model_file = Path(rows["vanilla"]["averaged_updates"]["1"].get("checkpoint")
+                      or vanilla / "averaged.pt")  # fmt: skip
+    again_stats = importance_statistics(model_file, Path(load_model(model_file)[1].data.valid))
+    assert rows["vanilla"]["heads"] == pytest.approx(again_stats, rel=1e-6)
+    assert all(r["heads"]["importance_mean"] > 0 for r in rows.values())
     # the report command recomputes the same table from the store
     again = embedded.cli("report", f"ci-{tmp_path.name}", "--out", str(tmp_path / "r2"))
     assert "slr-gated" in again.stdout

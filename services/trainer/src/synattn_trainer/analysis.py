@@ -134,6 +134,16 @@ def corpus_device(model: Transformer) -> torch.device:
     return next(model.parameters()).device
 
 
+def importance_statistics(checkpoint: Path, dev: Path) -> dict[str, float]:
+    """The HeadMask paper's Tables 5-6 for one model: the mean and the population variance of
+    its heads' importance on ``dev``. Cheap (one backward pass over the set), so every training
+    run records them and a report compares any system with its baseline, not only HeadMask's."""
+    model, cfg = load_model(checkpoint)
+    tok = load_tokenizer(cfg.data.tokenizer)
+    imp = importance(model, load_corpus(dev, tok, source_eos=cfg.data.source_eos))
+    return {"importance_mean": float(imp.mean()), "importance_variance": float(imp.var())}
+
+
 def analyze(
     checkpoint: Path,
     dev: Path,
