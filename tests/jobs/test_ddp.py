@@ -20,7 +20,7 @@ import pytest
 from synattn_jobs.ddp import device_env
 from synattn_jobs.errors import BadJobSpec
 from synattn_jobs.settings import JobSettings
-from synattn_jobs.specs import ExperimentSpec, TrainJobSpec
+from synattn_jobs.specs import ExperimentSpec, Resources, TrainJobSpec
 from synattn_jobs.store import JobStore, fair_order
 from synattn_jobs.submit import check_processes, submit_train
 from tests.jobs.conftest import Env, h, serving
@@ -208,18 +208,26 @@ def test_submit_refuses_jobs_no_worker_could_run(data_root: Path, tmp_path: Path
     spec = TrainJobSpec.model_validate(
         {"config": "configs/tiny.yaml", "resources": {"processes": 4}, "evaluate": None}
     )
-    check_processes(store, settings, 4, "u")  # nobody registered: up to the cap
-    with pytest.raises(BadJobSpec, match="at most 4 processes"):
-        check_processes(store, settings, 5, "u")
+
+    def res(processes: int, nodes: int = 1) -> Resources:
+        return Resources(processes=processes, nodes=nodes)
+
+    check_processes(store, settings, res(4), "u")  # nobody registered: up to the cap
+    with pytest.raises(BadJobSpec, match="at most 4 processes per node"):
+        check_processes(store, settings, res(5), "u")
+    # the cap is per node: 2 nodes of 4 are what a 4-process machine allows (Slurm)
+    check_processes(store, settings, res(8, nodes=2), "u")
+    with pytest.raises(BadJobSpec, match="10: 5 on each of 2 nodes; a job may have at most 4"):
+        check_processes(store, settings, res(10, nodes=2), "u")
     store.register_worker("w", "train", 1, devices=2)
     with pytest.raises(BadJobSpec, match="no worker can run it"):
         submit_train(store, settings, spec, owner="u")
     assert store.jobs() == []
-    check_processes(store, settings, 2, "u")
+    check_processes(store, settings, res(2), "u")
     store.set_quota("u", None, 1)
     with pytest.raises(BadJobSpec, match="user u may run at most 1 processes"):
-        check_processes(store, settings, 2, "u")
-    check_processes(store, settings, 1, "u")  # one process is never refused here
+        check_processes(store, settings, res(2), "u")
+    check_processes(store, settings, res(1), "u")  # one process is never refused here
     # a one-process spec is stored as before (no resources key): digests do not move
     assert "resources" not in TrainJobSpec(config="x").model_dump(mode="json")
 

@@ -4,6 +4,7 @@ job's resources may ask for."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,44 @@ def test_resources_split_evenly_over_nodes_and_need_slurm_for_several(tmp_path: 
         check_executor(celery, "train", Resources(processes=2, nodes=2))
     with pytest.raises(BadJobSpec, match=r"resources\.slurm"):
         check_executor(celery, "train", Resources(slurm=SlurmRequest(partition="gpu")))
+
+
+def test_the_reconcilers_of_many_jobs_ask_slurm_once_per_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every running Slurm job and the job API each run a reconciler; they take turns through
+    the job store, so Slurm is asked about once per period, not once per process."""
+    import threading
+    import time
+
+    from synattn_jobs.slurm import executor
+    from synattn_jobs.store import JobStore
+
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
+    assert store.take_turn("slurm-reconcile", 60.0)  # a fresh store: the first caller's turn
+    assert not store.take_turn("slurm-reconcile", 60.0)  # and nobody else's within the period
+    assert store.take_turn("slurm-reconcile", 0.0)
+
+    asked = []
+    lock = threading.Lock()
+
+    def fake_reconcile(*_: object) -> None:
+        with lock:
+            asked.append(time.monotonic())
+
+    monkeypatch.setattr(executor, "reconcile_quietly", fake_reconcile)
+    settings = JobSettings(home=tmp_path)
+    threads = [executor.Reconciler(store, settings) for _ in range(6)]
+    for k, t in enumerate(threads):
+        t.interval_s = 0.25 + 0.01 * k  # six timers out of phase, as separate processes are
+        t.start()
+    time.sleep(2.6)
+    for t in threads:
+        t.stop.set()
+    for t in threads:
+        t.join(5)
+    # 2.6 s of 0.25 s periods: about 10 passes in all (at most one per 0.8 of a period), where
+    # six untethered timers would make about 60 (a loaded machine's timers wake late: fewer)
+    assert 4 <= len(asked) <= 13, len(asked)
+    assert sum(t.passes for t in threads) == len(asked)
+    assert min(b - a for a, b in itertools.pairwise(asked)) >= 0.19

@@ -106,8 +106,9 @@ class JobSettings(BaseSettings, ServeTimeouts):
         8,
         ge=1,
         le=MAX_PROCESSES,
-        description="processes a training job may ask for at most; while no live training worker "
-        "has advertised its devices, a submission up to this is accepted (and waits for one)",
+        description="processes a training job may ask for at most on one node (a multi-node "
+        "Slurm job may have this many on each); while no live training worker has advertised "
+        "its devices, a submission up to this is accepted (and waits for one)",
     )
     ddp_timeout_s: float = Field(
         600.0,

@@ -402,6 +402,16 @@ class JobStore(FairShareQueries):
                     requeued.append(job_id)
         return requeued
 
+    def take_turn(self, task: str, every_s: float) -> bool:
+        """Whether the caller should do the periodic ``task`` now: true for one caller per
+        ``every_s`` among every process that shares this store, so N processes each with a
+        timer (every running Slurm job, the job API) do it once per period, not N times. The
+        task's ``locks`` row holds when it was last taken; moving it on is one atomic UPDATE."""
+        now = time.time()
+        stmt = update(Lock).where(Lock.name == task, Lock.at <= now - every_s).values(at=now)
+        with self.session() as s:
+            return _rowcount(s.execute(stmt)) == 1
+
     # ------------------------------------------------------------ tokens
     def create_token(self, name: str, admin: bool = False) -> str:
         """A new random bearer token; only its digest is stored, so show it once."""

@@ -139,7 +139,7 @@ DISPATCH_INDEXES = (  # created on stores made before fair share too
     Index("ix_jobs_owner_state", Job.owner, Job.state),
     Index("ix_jobs_next", Job.kind, Job.state, Job.owner, Job.priority, Job.created_at),
 )
-LOCKS = ("dispatch", "submit")
+LOCKS = ("dispatch", "submit", "slurm-reconcile")  # the last a turn (JobStore.take_turn)
 SCHEMA_LOCK_KEY = 0x53594E41  # "SYNA": PostgreSQL advisory lock held while creating tables
 
 

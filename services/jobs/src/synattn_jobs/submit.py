@@ -107,19 +107,22 @@ def check_executor(
 
 
 def check_processes(
-    store: JobStore, settings: JobSettings, processes: int, owner: str | None
+    store: JobStore, settings: JobSettings, resources: Resources, owner: str | None
 ) -> None:
-    """Refuse a job of ``processes`` that could never start, rather than queue it forever:
-    over ``SYNATTN_MAX_PROCESSES``; more than the largest live training worker owns devices
-    (workers advertise them with their registration beat; while none is live, anything up to
-    the cap is accepted and waits for a worker that fits; under Slurm, Slurm says what fits);
-    more than its owner's running quota. One process always fits."""
+    """Refuse a job of ``resources.processes`` that could never start, rather than queue it
+    forever: more than ``SYNATTN_MAX_PROCESSES`` on one node (a multi-node Slurm job may have
+    that many on each); more than the largest live training worker owns devices (workers
+    advertise them with their registration beat; while none is live, anything up to the cap is
+    accepted and waits for a worker that fits; under Slurm, Slurm says what fits); more than its
+    owner's running quota. One process always fits."""
+    processes = resources.processes
     if processes <= 1:
         return
-    if processes > settings.max_processes:
+    if resources.per_node > settings.max_processes:
+        on = f" on each of {resources.nodes} nodes" if resources.nodes > 1 else ""
         raise BadJobSpec(
-            f"resources.processes {processes}: a job may have at most {settings.max_processes} "
-            "processes (SYNATTN_MAX_PROCESSES)"
+            f"resources.processes {processes}: {resources.per_node}{on}; a job may have at most "
+            f"{settings.max_processes} processes per node (SYNATTN_MAX_PROCESSES)"
         )
     most = (
         None
@@ -160,7 +163,7 @@ def submit_train(
     """Queue one training job (its run directory under ``runs_dir``); ``QuotaExceeded`` when
     the owner's queued jobs are at their limit."""
     stored = resolve_train_spec(spec, settings)
-    check_processes(store, settings, spec.resources.processes, owner)
+    check_processes(store, settings, spec.resources, owner)
     check_executor(settings, "train", spec.resources)
     job_name = _name(name, Path(stored.config).stem, "name")
     run_dir = _run_dir(settings, job_name, out)
@@ -269,7 +272,7 @@ def submit_experiment(
     """Queue every job of a grid; all are validated before the first one is queued."""
     planned = spec.expand(settings.max_grid_jobs)
     check_grid_config(spec.config, settings)
-    check_processes(store, settings, spec.resources.processes, owner)
+    check_processes(store, settings, spec.resources, owner)
     check_executor(settings, "train", spec.resources)
     checked = [(p, resolve_train_spec(p["spec"], settings)) for p in planned]
     exp_id = new_id()

@@ -35,20 +35,20 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from celery import Celery, signals
 from celery.exceptions import Reject
 from kombu.entity import Queue
-from pydantic import ValidationError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from synattn_jobs.errors import BadJobSpec, Cancelled
+from synattn_jobs.errors import Cancelled
 from synattn_jobs.failure import failure_text
 from synattn_jobs.settings import JobSettings, get_settings
 from synattn_jobs.specs import MAX_PROCESSES
-from synattn_jobs.store import JobState, JobStore
+from synattn_jobs.store import Job, JobState, JobStore
 
 log = logging.getLogger("synattn.jobs")
 TASK_FOR_KIND = {"parse": "synattn.jobs.parse", "train": "synattn.jobs.train"}
@@ -210,8 +210,6 @@ def progress_reporter(job_id: str) -> Callable[[dict[str, Any]], None]:
 
 def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
     """Claim the job, run it with a heartbeat, record the outcome. Safe to deliver twice."""
-    from synattn_jobs import runners
-
     if once_mode() and RAN_ONE.is_set():
         # this --once process has had its job: the message goes back for another worker
         raise Reject(f"job {job_id}: this --once worker has run its job", requeue=True)
@@ -232,41 +230,78 @@ def execute(task: Any, job_id: str, kind: str) -> dict[str, Any]:
     RAN_ONE.set()
     job = patiently(lambda: s.get(job_id), f"read {job_id}")
     assert job is not None
-    beat = Heartbeat(job_id, me)
-    beat.start()
-
-    def settle(state: JobState, **outcome: Any) -> None:
-        """Record the job's outcome, waiting out a store outage."""
-        patiently(lambda: s.finish(job_id, state, worker=me, **outcome), f"finish {job_id}")
-
-    should_stop = cancel_checker(job_id, beat)
     try:
-        result = runners.run_job(kind, job.spec, Path(job.out_dir), progress_reporter(job_id),
-                                 should_stop)  # fmt: skip
-    except Cancelled as exc:
-        if SHUTTING_DOWN.is_set() and not s.cancel_requested(job_id):
-            s.release(job_id, me, "worker shut down; requeued")
-            enqueue(job_id, kind, job.processes or 1)  # resumes from its checkpoint elsewhere
-            log.warning("job %s requeued: the worker is shutting down", job_id)
-            return {"job": job_id, "state": "requeued"}
-        settle("cancelled", error=str(exc))
-        return {"job": job_id, "state": "cancelled"}
-    except (BadJobSpec, ValidationError, FileNotFoundError, ValueError) as exc:
-        settle("failed", error=failure_text(exc))  # its cause first (synattn_jobs.failure)
-        return {"job": job_id, "state": "failed"}  # bad configuration: never retried
+        ran = run_claimed(s, job, me, transient=TRANSIENT)
     except TRANSIENT as exc:
         error = f"{type(exc).__name__}: {exc}"[:4000]
         patiently(lambda: s.release(job_id, me, error), f"release {job_id}")
         raise task.retry(exc=exc, countdown=min(300, 5 * 2**task.request.retries)) from exc
-    except Exception as exc:
-        settle("failed", error=failure_text(exc))
-        return {"job": job_id, "state": "failed"}
+    if ran.state == "stopped":  # stopped by this worker, not by a cancel request
+        if SHUTTING_DOWN.is_set():
+            s.release(job_id, me, "worker shut down; requeued")
+            enqueue(job_id, kind, job.processes or 1)  # resumes from its checkpoint elsewhere
+            log.warning("job %s requeued: the worker is shutting down", job_id)
+            return {"job": job_id, "state": "requeued"}
+        settle(s, job_id, me, "cancelled", error=ran.why)
+        return {"job": job_id, "state": "cancelled"}
+    return {"job": job_id, "state": ran.state}
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How a claimed job's run ended. ``succeeded``, ``failed`` and ``cancelled`` are recorded
+    in the store already; ``stopped`` (the run stopped with a resume point, but nobody asked to
+    cancel it: a shutdown, a Slurm signal) and ``lost`` (another worker holds the claim now)
+    are the caller's to settle."""
+
+    state: str
+    why: str = ""
+
+
+def settle(s: JobStore, job_id: str, me: str, state: JobState, **outcome: Any) -> None:
+    """Record the job's outcome, waiting out a store outage."""
+    patiently(lambda: s.finish(job_id, state, worker=me, **outcome), f"finish {job_id}")
+
+
+def run_claimed(
+    s: JobStore,
+    job: Job,
+    me: str,
+    stop_also: Callable[[], bool] | None = None,
+    transient: tuple[type[BaseException], ...] = (),
+) -> Ran:
+    """Run a job ``me`` has claimed, with its heartbeat and cancel flag, and record how it
+    ended: what a Celery worker and a Slurm batch step both do with a claimed job.
+    ``stop_also``: another reason to stop at the next update (a Slurm signal); ``transient``:
+    errors raised to the caller, which retries the job rather than failing it."""
+    from synattn_jobs import runners
+
+    beat = Heartbeat(job.id, me)
+    beat.start()
+    flag = cancel_checker(job.id, beat)
+
+    def should_stop() -> bool:
+        return (stop_also is not None and stop_also()) or flag()
+
+    try:
+        result = runners.run_job(job.kind, job.spec, Path(job.out_dir),
+                                 progress_reporter(job.id), should_stop)  # fmt: skip
+    except Cancelled as exc:
+        if s.cancel_requested(job.id):
+            settle(s, job.id, me, "cancelled", error=str(exc))
+            return Ran("cancelled")
+        return Ran("stopped", str(exc))
+    except transient:
+        raise
+    except Exception as exc:  # a bad configuration is never retried; its cause comes first
+        settle(s, job.id, me, "failed", error=failure_text(exc))  # (synattn_jobs.failure)
+        return Ran("failed")
     finally:
         beat.stop.set()
     if beat.lost.is_set():
-        return {"job": job_id, "state": "lost"}
-    settle("succeeded", result=result)
-    return {"job": job_id, "state": "succeeded"}
+        return Ran("lost")
+    settle(s, job.id, me, "succeeded", result=result)
+    return Ran("succeeded")
 
 
 def train_job(task: Any, job_id: str) -> dict[str, Any]:

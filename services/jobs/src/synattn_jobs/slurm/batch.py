@@ -22,13 +22,8 @@ import os
 import signal
 import socket
 import sys
-from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from synattn_jobs.errors import BadJobSpec, Cancelled
-from synattn_jobs.failure import failure_text
 from synattn_jobs.settings import get_settings
 from synattn_jobs.slurm import commands, ledger
 
@@ -42,8 +37,7 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 def run(job_id: str) -> int:
     """Claim and run the job; the process's exit status (0 unless the job store is gone)."""
-    from synattn_jobs import runners
-    from synattn_jobs.worker import Heartbeat, cancel_checker, patiently, progress_reporter, store
+    from synattn_jobs.worker import patiently, run_claimed, store
 
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, _on_signal)
@@ -60,39 +54,12 @@ def run(job_id: str) -> int:
     restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
     print(f"synattn job {job_id} ({job.name}) claimed by {me}, Slurm restart {restarts}",
           file=sys.stderr, flush=True)  # fmt: skip
-    beat = Heartbeat(job_id, me)
-    beat.start()
     from synattn_jobs.slurm.executor import Reconciler
 
     Reconciler(s, get_settings()).start()
-    flag = cancel_checker(job_id, beat)
-
-    def should_stop() -> bool:
-        return bool(SIGNALLED) or flag()
-
-    def settle(state: Any, **outcome: Any) -> None:
-        patiently(lambda: s.finish(job_id, state, worker=me, **outcome), "finish")
-
-    try:
-        result = runners.run_job(job.kind, job.spec, Path(job.out_dir),
-                                 progress_reporter(job_id), should_stop)  # fmt: skip
-    except Cancelled as exc:
-        if s.cancel_requested(job_id):
-            settle("cancelled", error=str(exc))
-            return 0
-        _hand_back(job_id, me, slurm_job, str(exc))
-        return 0
-    except (BadJobSpec, ValidationError, FileNotFoundError, ValueError) as exc:
-        settle("failed", error=failure_text(exc))
-        return 0
-    except Exception as exc:
-        settle("failed", error=failure_text(exc))
-        return 0
-    finally:
-        beat.stop.set()
-    if beat.lost.is_set():
-        return 0
-    settle("succeeded", result=result)
+    ran = run_claimed(s, job, me, stop_also=lambda: bool(SIGNALLED))
+    if ran.state == "stopped":
+        _hand_back(job_id, me, slurm_job, ran.why)
     return 0
 
 

@@ -197,17 +197,23 @@ def reconcile_quietly(store: JobStore, settings: JobSettings) -> None:
 
 
 class Reconciler(threading.Thread):
-    """``reconcile_quietly`` every half ``stale_after_s`` (at least 2 s), in the job API and
-    in every running Slurm job, so a lost job is noticed while either runs."""
+    """``reconcile_quietly`` every half ``stale_after_s`` (at least 2 s), from the job API and
+    from every running Slurm job, so a lost job is noticed while any of them runs; they take
+    turns through the job store, so Slurm is asked once per period however many run."""
 
     def __init__(self, store: JobStore, settings: JobSettings) -> None:
         super().__init__(daemon=True, name="synattn-slurm-reconciler")
         self.store, self.settings = store, settings
+        self.interval_s = max(2.0, settings.stale_after_s / 2)
         self.stop = threading.Event()
+        self.passes = 0  # the passes this one made (the others' turns are not counted)
 
     def run(self) -> None:
-        while not self.stop.wait(max(2.0, self.settings.stale_after_s / 2)):
+        while not self.stop.wait(self.interval_s):
             try:
-                reconcile_quietly(self.store, self.settings)
+                # a little under the period: a timer that wakes late must not skip a turn
+                if self.store.take_turn("slurm-reconcile", 0.8 * self.interval_s):
+                    self.passes += 1
+                    reconcile_quietly(self.store, self.settings)
             except Exception:  # a store hiccup: the next pass retries
                 log.exception("reconcile pass failed")
