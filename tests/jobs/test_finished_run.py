@@ -1,18 +1,28 @@
-"""The attention explorer's API over real HTTP: a real worker trains a small run with fixed and
-gated heads, then ``POST /v1/jobs/{id}/attention`` answers every module, row-stochastic, equal to
-``synattn attention`` for the same checkpoint and row, with the syntax, roles and statistics;
-owner checks, bounds and bad input as an attacker would send them."""
+"""The APIs of a finished run over real HTTP, on one small run a real worker trains (fixed
+and gated heads over syntax-aware data; the run is trained once for both):
+
+- ``POST /v1/jobs/{id}/attention`` answers every module, row-stochastic, equal to
+  ``synattn attention`` for the same checkpoint and row, with the syntax, roles and statistics;
+- ``POST /v1/jobs/{id}/translate`` parses sentences as the run's training data was parsed and
+  answers what ``synattn translate --data`` gives for the same sentences in shards;
+
+owner checks, bounds, an unfinished job and a mismatched parse as an attacker would send them:
+clear 4xx, never a 500."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
+import pytest
+import torch
 
-from tests.jobs.conftest import Env, h, serving
+from tests.jobs.conftest import Env, h, serving, tiny_yaml
 
 SENTENCE = "Two dogs run across the green field ."
 ATTENTION = {
@@ -23,22 +33,45 @@ ATTENTION = {
 }
 
 
-def _train(base: str, token: str, env: Env) -> str:
-    r = httpx.post(f"{base}/v1/jobs/train", headers=h(token), json={"spec": {
-        "config": "configs/tiny.yaml", "overrides": {"attention": ATTENTION},
-        "evaluate": {"split": "valid", "analyze": True}}})  # fmt: skip
-    assert r.status_code == 201, r.text
-    return str(r.json()["id"])
+@pytest.fixture(scope="module")
+def finished(
+    m30k: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Env, str, Any, list[str]]]:
+    """The run both tests read: queued through the API (asked about before it ran: a 409),
+    trained by a real worker. (env, job id, the finished job, five validation sentences)."""
+    root = tmp_path_factory.getbasetemp()
+    tiny_yaml(m30k, root / "configs" / "tiny.yaml")
+    home = tmp_path_factory.mktemp("finished-run")
+    env = Env(root, home, f"sqla+sqlite:///{home / 'broker.sqlite'}")
+    lines = (m30k["valid"].parent / "valid.en").read_text(encoding="utf-8").splitlines()[:5]
+    try:
+        with serving(env) as (base, token, env):
+            r = httpx.post(f"{base}/v1/jobs/train", headers=h(token), json={"spec": {
+                "config": "configs/tiny.yaml",
+                "overrides": {"attention": ATTENTION, "decode": {"max_len_b": 5}},
+                "evaluate": {"split": "valid", "analyze": True}}})  # fmt: skip
+            assert r.status_code == 201, r.text
+            job = str(r.json()["id"])
+            early = httpx.post(f"{base}/v1/jobs/{job}/attention", headers=h(token),
+                               json={"row": 0}, timeout=120)  # fmt: skip
+            assert early.status_code == 409 and "queued" in early.json()["detail"]
+            early = httpx.post(f"{base}/v1/jobs/{job}/translate", headers=h(token),
+                               json={"sentences": lines}, timeout=60)  # fmt: skip
+            assert early.status_code == 409 and "queued" in early.json()["detail"]
+            env.worker("train")
+            done = env.wait(job, {"succeeded"}, timeout=300)
+        yield env, job, done, lines
+    finally:
+        env.stop()
 
 
-def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
-    with serving(embedded) as (base, token, env):
-        job = _train(base, token, env)
+def test_attention_of_a_finished_run(
+    finished: tuple[Env, str, Any, list[str]], tmp_path: Path
+) -> None:
+    env0, job, done, _ = finished
+    with serving(env0) as (base, token, env):
         url = f"{base}/v1/jobs/{job}/attention"
-        early = httpx.post(url, headers=h(token), json={"row": 0}, timeout=120)
-        assert early.status_code == 409 and "queued" in early.json()["detail"]
-        env.worker("train")
-        done = env.wait(job, {"succeeded"}, timeout=300)
         t0 = time.perf_counter()
         r = httpx.post(url, headers=h(token), json={"split": "valid", "row": 2}, timeout=60)
         cold = time.perf_counter() - t0
@@ -140,7 +173,7 @@ def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
         assert body["translation"] is None  # a row of the data: teacher-forced on its reference
         print(f"attention route: cold {cold * 1000:.0f} ms, warm {warm * 1000:.0f} ms")
     # a response never grows past the configured bound
-    with serving(embedded, SYNATTN_ATTENTION_MAX_TOKENS="4") as (base, _, env):
+    with serving(env0, SYNATTN_ATTENTION_MAX_TOKENS="4") as (base, _, env):
         token = env.cli("token", "create", "tester").stdout.strip()
         # a fresh API process: the first request loads the model (a bound, not httpx's 5 s,
         # which a loaded 2-core CI machine exceeded)
@@ -159,7 +192,7 @@ def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
     sentence = SENTENCE
     with (
         api_server(TEST_LIMITS, tmp_path / "parser.log") as (parser, parser_url),
-        serving(embedded, SYNATTN_PARSER_URL=parser_url) as (base, _, env),
+        serving(env0, SYNATTN_PARSER_URL=parser_url) as (base, _, env),
     ):
         token = env.cli("token", "create", "tester").stdout.strip()
         r = httpx.post(f"{base}/v1/jobs/{job}/attention", headers=h(token),
@@ -183,3 +216,86 @@ def test_attention_of_a_finished_run(embedded: Env, tmp_path: Path) -> None:
         dead = httpx.post(f"{base}/v1/jobs/{job}/attention", headers=h(token),
                           json={"text": "A cat ."}, timeout=180)  # fmt: skip
         assert dead.status_code == 502 and "parser API" in dead.json()["detail"]
+
+
+def test_translate_raw_sentences_of_a_finished_run(
+    finished: tuple[Env, str, Any, list[str]], tmp_path: Path
+) -> None:
+    """(Last in this module: it ends by changing the run's checkpoint.)"""
+    from synattn_parser.batch import parse_corpus
+    from synattn_trainer.inference import translate_split
+
+    env0, job, done, lines = finished
+    with serving(env0) as (base, token, env):
+        url = f"{base}/v1/jobs/{job}/translate"
+        r = httpx.post(url, headers=h(token), json={"sentences": lines}, timeout=120)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["job"] == job and body["model_cached"] is False
+        assert body["parse"]["parser"]["backend"] == "spacy"
+        assert body["parse"]["features"]["derived_scheme"] == "flat"
+        # the same sentences parsed into shards and translated by the CLI's shard path
+        src = tmp_path / "five.en"
+        src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        parse_corpus(src, tmp_path / "five")
+        checkpoint = Path(done.result["checkpoint"])
+        assert body["translations"] == translate_split(checkpoint, tmp_path / "five")
+        again = httpx.post(url, headers=h(token), json={"sentences": lines[:2], "beam": 1},
+                           timeout=60)  # fmt: skip
+        assert again.status_code == 200 and again.json()["model_cached"] is True
+        assert len(again.json()["translations"]) == 2
+        # another user's job is not told apart from a missing one; no token is a 401
+        other = env.cli("token", "create", "mallory").stdout.strip()
+        assert httpx.post(url, headers=h(other), json={"sentences": ["A dog ."]},
+                          timeout=60).status_code == 404  # fmt: skip
+        assert httpx.post(url, json={"sentences": ["A dog ."]}, timeout=60).status_code == 401
+        unknown = httpx.post(f"{base}/v1/jobs/{'0' * 12}/translate", headers=h(token),
+                             json={"sentences": ["A dog ."]}, timeout=60)  # fmt: skip
+        assert unknown.status_code == 404 and "no job" in unknown.json()["detail"]
+        # bad input: clear 4xx with the reason
+        for payload, words in (
+            ({"sentences": ["A dog ."] * 65}, "at most 64"),
+            ({"sentences": []}, "at least 1"),
+            ({"sentences": ["x" * 1001]}, "at most 1000"),
+            ({"sentences": ["A dog .", "   "]}, "sentence:2: empty sentence"),
+            ({"sentences": "A dog ."}, "list"),
+            ({"sentences": ["A dog ."], "beam": 0}, "beam"),
+            ({"sentences": ["A dog ."], "extra": 1}, "extra"),
+        ):
+            bad = httpx.post(url, headers=h(token), json=payload, timeout=60)
+            assert bad.status_code == 422, (payload, bad.text)
+            assert words in bad.json()["detail"], (payload, bad.text)
+        # the request body's schema documents its bounds, with an example
+        schema = httpx.get(f"{base}/openapi.json", timeout=30).json()
+        body_schema = schema["components"]["schemas"]["TranslateRequest"]
+        assert body_schema["examples"] and body_schema["properties"]["sentences"]["maxItems"] == 64
+        responses = schema["paths"]["/v1/jobs/{job_id}/translate"]["post"]["responses"]
+        assert {"404", "409", "422"} <= set(responses)
+    # through a parser API (SYNATTN_PARSER_URL): the same parse, the same translations
+    from tests.parser.conftest import TEST_LIMITS, api_server
+
+    with (
+        api_server(TEST_LIMITS, tmp_path / "parser.log") as (parser, parser_url),
+        serving(env0, SYNATTN_PARSER_URL=parser_url) as (base, token, env),
+    ):
+        url = f"{base}/v1/jobs/{job}/translate"
+        remote = httpx.post(url, headers=h(token), json={"sentences": lines}, timeout=120)
+        assert remote.status_code == 200, remote.text
+        assert remote.json()["translations"] == body["translations"]
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        state["parse"]["parser"]["version"] = "spacy-0.0.1"
+        torch.save(state, checkpoint)
+        other = httpx.post(url, headers=h(token), json={"sentences": ["A dog ."]}, timeout=60)
+        assert other.status_code == 409, other.text
+        assert "the parser API differs" in other.json()["detail"]
+        parser.terminate()
+        parser.wait(20)
+        dead = httpx.post(url, headers=h(token), json={"sentences": ["A dog ."]}, timeout=60)
+        assert dead.status_code == 502 and "parser API" in dead.json()["detail"]
+    # in this process: a model that records another parser is refused with the reason
+    with serving(env0) as (base, token, env):
+        url = f"{base}/v1/jobs/{job}/translate"
+        mismatch = httpx.post(url, headers=h(token), json={"sentences": ["A dog ."]},
+                              timeout=60)  # fmt: skip
+        assert mismatch.status_code == 409, mismatch.text
+        assert "version 'spacy-0.0.1' at training" in mismatch.json()["detail"]
