@@ -409,3 +409,27 @@ def test_prose_numbers_are_generated_facts(tmp_path: Path) -> None:
     )
     with pytest.raises(SystemExit, match="unknown fact 'nope'"):
         c.fill("<!-- fact:nope -->1<!-- /fact -->", known, "x")
+
+
+def test_the_head_importance_fact_averages_the_seeds_that_recorded_it(tmp_path: Path) -> None:
+    """The HeadMask paper's Tables 5-6 in the prose: each system's mean and variance of head
+    importance, averaged over the seeds whose runs recorded them; runs without are left out,
+    and a study with none says so."""
+    import json
+
+    from synattn_jobs.study.facts import head_importance
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    assert head_importance(tmp_path).startswith("none recorded yet")
+    for name, variant, result in (
+        ("vanilla-s1", "vanilla", {"bleu": 30.0}),  # trained before the record
+        ("vanilla-s4", "vanilla", {"importance_mean": 0.4, "importance_variance": 0.2}),
+        ("vanilla-s5", "vanilla", {"importance_mean": 0.6, "importance_variance": 0.4}),
+        ("headmask-impt-s4", "headmask-impt",
+         {"importance_mean": 0.5, "importance_variance": 0.25}),
+    ):  # fmt: skip
+        (runs / f"{name}.json").write_text(json.dumps({"variant": variant, "result": result}))
+    assert head_importance(tmp_path) == (
+        "vanilla mean 0.5, variance 0.3 (2 seeds) and Impt-N mean 0.5, variance 0.25 (1 seed)"
+    )

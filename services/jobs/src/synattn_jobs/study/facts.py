@@ -55,6 +55,33 @@ def final_valid_losses(experiment: Path, variant: str) -> list[float]:
     return out
 
 
+HEAD_STATS_ROWS = (("vanilla", "vanilla"), ("headmask-random", "Random-N"),
+                   ("headmask-impt", "Impt-N"), ("impt-signed", "Impt-N signed"))  # fmt: skip
+
+
+def head_importance(experiment: Path) -> str:
+    """The HeadMask paper's Tables 5-6 as the study's runs recorded them: per system, the mean
+    and population variance of head importance on the validation set, averaged over the seeds
+    that recorded them (runs trained before every run recorded them have none)."""
+    got: dict[str, list[tuple[float, float]]] = {}
+    for path in sorted((experiment / "runs").glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        res = run.get("result") or {}
+        if "importance_mean" in res and "importance_variance" in res:
+            got.setdefault(run.get("variant", ""), []).append(
+                (float(res["importance_mean"]), float(res["importance_variance"]))
+            )
+    parts = []
+    for variant, label in HEAD_STATS_ROWS:
+        if variant in got:
+            pairs = got[variant]
+            mean = statistics.fmean(m for m, _ in pairs)
+            var = statistics.fmean(v for _, v in pairs)
+            seeds = f"{len(pairs)} seed{'s' if len(pairs) > 1 else ''}"
+            parts.append(f"{label} mean {mean:.3g}, variance {var:.3g} ({seeds})")
+    return _and(parts) if parts else "none recorded yet (the published runs predate the record)"
+
+
 def facts(
     results: Path,
     study: Path,
@@ -86,6 +113,7 @@ def facts(
             f"{': every seed below vanilla' if below else ''}); the interval is "
             f"{reading(mean_ci(gated), (1.12,))}"
         )
+    out["headmask-importance"] = head_importance(study)
     losses = final_valid_losses(study, "vanilla")
     if losses:
         out["vanilla-final-valid"] = _and([f"{v:.3f}" for v in losses])
