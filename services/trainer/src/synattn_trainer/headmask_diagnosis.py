@@ -43,29 +43,18 @@ def epochs(metrics: Path) -> list[dict[str, float]]:
     return out
 
 
-@torch.no_grad()
 def nll(model: Any, corpus: Any, masks: Any) -> float:
-    """NLL per target token on ``corpus``, ``masks(batch, i)`` giving each batch's masked heads."""
+    """NLL per target token on ``corpus``, ``masks(batch, i)`` giving each batch's masked heads
+    (the trainer's validation loop: ``losses.corpus_losses``)."""
     from synattn_trainer import headmask
-    from synattn_trainer.data import make_batch, token_batches
-    from synattn_trainer.train import token_loss
+    from synattn_trainer.losses import corpus_losses
 
-    requests = model.feature_requests()
-    total = tokens = 0.0
-    for i, index in enumerate(
-        token_batches(corpus.src_lens(), corpus.tgt_lens() - 1, 4096, 0, -1)
-    ):
-        b = make_batch(corpus, index, requests)
-        masked = masks(b, i)
-        model.set_head_gates(headmask.mask_gates(model.num_heads, masked, torch.device("cpu")))
-        try:
-            logits = model(b.src, b.tgt_in, b.syntax, b.scored)
-        finally:
-            model.set_head_gates(None)
-        _, s = token_loss(logits, b.gold, 0.0)
-        total += float(s)
-        tokens += b.ntokens
-    return total / tokens
+    device = torch.device("cpu")
+
+    def gates(b: Any, i: int) -> Any:
+        return headmask.mask_gates(model.num_heads, masks(b, i), device)
+
+    return corpus_losses(model, corpus, model.feature_requests(), 4096, device, 0.0, gates)[1]
 
 
 def evaluate(model_file: Path, often: list[str], data: Path | None) -> dict[str, Any]:
@@ -73,6 +62,7 @@ def evaluate(model_file: Path, often: list[str], data: Path | None) -> dict[str,
     from synattn_trainer import headmask
     from synattn_trainer.analysis import importance
     from synattn_trainer.data import load_corpus
+    from synattn_trainer.headmask_training import VALID_MICRO
     from synattn_trainer.loading import load_model
     from synattn_trainer.tokenizer import load_tokenizer
 
@@ -88,7 +78,7 @@ def evaluate(model_file: Path, often: list[str], data: Path | None) -> dict[str,
 
     def as_in_training(b: Any, i: int) -> list[int]:
         if hm.mode == "random":
-            return headmask.random_heads(model.num_heads, n, cfg.train.seed, 0, 1_000_000 + i)
+            return headmask.random_heads(model.num_heads, n, cfg.train.seed, 0, VALID_MICRO + i)
         with torch.enable_grad():
             signed = headmask.sentence_importance(model, b, absolute=False)
         scores = headmask.impt_scores(signed, hm.importance, hm.ranking, sizes)

@@ -21,7 +21,6 @@ from typing import Any, cast
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from synattn_shared.atomic import atomic_write_text
@@ -34,72 +33,23 @@ from synattn_trainer.data import (
     MappedCorpus,
     load_corpus,
     make_batch,
-    token_batches,
 )
 from synattn_trainer.dropout import use_fast as use_fast_dropout
 from synattn_trainer.final_models import FinalModels
 from synattn_trainer.headmask import MaskTally
+from synattn_trainer.headmask_training import HeadMaskTraining
+from synattn_trainer.losses import corpus_losses, token_loss
 from synattn_trainer.model import Transformer, count_parameters, use_cudnn_attention
 from synattn_trainer.plugins import PLUGINS_KEY, check_recorded, record
 from synattn_trainer.prefetch import BatchPrefetcher, read_ahead
 from synattn_trainer.rawtext import PARSE_KEY, training_parse
-from synattn_trainer.tokenizer import PAD_ID, load_tokenizer
+from synattn_trainer.tokenizer import load_tokenizer
 
 
 def lr_factor(step: int, warmup: int) -> float:
     """Linear warm-up to 1 over ``warmup`` updates, then ``sqrt(warmup / step)``."""
     step = max(step, 1)
     return min(step / warmup, math.sqrt(warmup / step))
-
-
-class _SmoothedCrossEntropy(torch.autograd.Function):
-    """Label-smoothed cross-entropy summed over non-padding rows, with its gradient written in
-    one pass: ``softmax - (1 - eps) * onehot - eps / V`` per kept row. Autograd through
-    ``log_softmax``, ``nll_loss`` and a sum fills a zero matrix, scatters, expands and runs the
-    log-softmax backward, several passes over a ``[tokens, vocabulary]`` matrix, which on a CPU
-    is a tenth of a small model's update (bench/peers/peer.py). Returns (loss, nll); the NLL
-    carries no gradient."""
-
-    @staticmethod
-    def forward(ctx: Any, logits: Tensor, gold: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-        lp = F.log_softmax(logits, dim=-1)
-        keep = gold.ne(PAD_ID)
-        safe = gold.masked_fill(~keep, 0)[:, None]
-        nll_tok = -lp.gather(1, safe).squeeze(1)
-        nll = (nll_tok * keep).sum()
-        loss = nll
-        if smoothing:
-            uniform = -(lp.sum(-1) * keep).sum()
-            loss = (1.0 - smoothing) * nll + (smoothing / lp.shape[-1]) * uniform
-        ctx.save_for_backward(lp, safe, keep)
-        ctx.smoothing = smoothing
-        ctx.mark_non_differentiable(nll)
-        return loss, nll
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None]:
-        lp, safe, keep = ctx.saved_tensors
-        eps = ctx.smoothing
-        grad = lp.exp()  # softmax
-        if eps:
-            grad.sub_(eps / lp.shape[-1])
-        grad.scatter_add_(1, safe, torch.full_like(safe, -(1.0 - eps), dtype=grad.dtype))
-        grad.mul_((keep.to(grad.dtype) * grad_loss)[:, None])
-        return grad, None, None
-
-
-def token_loss(logits: Tensor, gold: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL over non-padding tokens.
-
-    With ``eps`` = ``smoothing`` and V classes the loss is ``(1 - eps) * nll + eps / V *
-    sum_v -log p_v``, PyTorch's label smoothing; one log-softmax serves both sums and the
-    gradient is computed directly (``_SmoothedCrossEntropy``). ``logits`` may be ``[..., V]``
-    with ``gold`` of the same leading shape; the NLL carries no gradient.
-    """
-    flat = logits.float().reshape(-1, logits.shape[-1])
-    loss, nll = _SmoothedCrossEntropy.apply(flat, gold.reshape(-1), smoothing)  # type: ignore[no-untyped-call]
-    return loss, nll
 
 
 def world() -> tuple[int, int]:
@@ -145,9 +95,6 @@ def update_loss(
     if aux is not None:
         total = total + aux  # summed over tokens, like ``loss``
     return total * n / global_tokens, loss.detach(), nll.detach()
-
-
-VALID_MICRO = 1_000_000  # Random-N's validation draws: micro-steps training never uses
 
 
 class Stop(StrEnum):
@@ -228,7 +175,7 @@ def compile_forward(net: nn.Module, backend: str = "inductor") -> nn.Module:
     return cast(nn.Module, torch.compile(net, backend=backend, dynamic=True))
 
 
-class Trainer(FinalModels):
+class Trainer(FinalModels, HeadMaskTraining):
     """One training run in ``out_dir`` (checkpoints/, metrics.jsonl, tb/, config.json)."""
 
     def __init__(
@@ -661,54 +608,6 @@ class Trainer(FinalModels):
         if gates:
             self.log({"event": "gates_dev", "update": self.update, **gates})
 
-    def _headmask_gates(self, batch: Batch, micro: int) -> Tensor | None:
-        """HeadMask gates for one (micro-)batch: Random-N or Impt-N, the same for all sentences;
-        which heads were masked is tallied for the log."""
-        if self.cfg.headmask.mode == "none":
-            return None
-        from synattn_trainer import headmask
-
-        masked, signed = self._choose_masked(batch, self.update, micro)
-        if self._mask_tally is not None:
-            self._mask_tally.add(masked, signed)
-        return headmask.mask_gates(self.model.num_heads, masked, self.device)
-
-    def _choose_masked(
-        self, batch: Batch, update: int, micro: int
-    ) -> tuple[list[int], Tensor | None]:
-        """The heads HeadMask masks for ``batch`` (importance in the model's current mode),
-        and for Impt-N the batch's mean signed ``dL/d xi`` per head."""
-        from synattn_trainer import headmask
-
-        hm = self.cfg.headmask
-        total = self.model.num_heads
-        n = hm.n if hm.n is not None else max(1, round(0.125 * total))
-        if hm.mode == "random":
-            return headmask.random_heads(total, n, self.cfg.train.seed, update, micro), None
-        smoothing = self.cfg.optim.label_smoothing
-
-        def loss(model: Transformer, b: Batch) -> Tensor:
-            return headmask.per_sentence_loss(model, b, smoothing)
-
-        signed = headmask.sentence_importance(self.model, batch, loss, absolute=False)
-        scores = headmask.impt_scores(signed, hm.importance, hm.ranking, self._module_heads)
-        return headmask.select_important(scores, n), signed.mean(0).detach()
-
-    def validate_masked(self) -> dict[str, float]:
-        """HeadMask runs: validation loss and NLL with heads masked as in training (Impt-N's
-        importance on each validation batch, in eval mode; Random-N's draw from a generator of
-        its own), beside the all-heads loss of ``validate``: a model whose masked loss is far
-        below its all-heads loss depends on heads that were switched off while it trained."""
-        from synattn_trainer import headmask
-
-        def gates(b: Batch, i: int) -> Tensor:
-            with torch.enable_grad():
-                masked, _ = self._choose_masked(b, self.update, VALID_MICRO + i)
-            return headmask.mask_gates(self.model.num_heads, masked, self.device)
-
-        loss, nll = self._valid_losses(gates)
-        return {"valid_loss_masked": loss, "valid_nll_masked": nll}
-
     def _end_of_epoch(self, final: bool = False) -> None:
         """Validation (patience, BLEU every k epochs) and a save: a scheduled checkpoint when
         checkpoints are per epoch or the run has reached its end, else a resume point."""
@@ -740,30 +639,18 @@ class Trainer(FinalModels):
         loss, nll = self._valid_losses()
         return {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50))}
 
-    @torch.no_grad()
     def _valid_losses(
         self, gates: Callable[[Batch, int], Tensor] | None = None
     ) -> tuple[float, float]:
         """Label-smoothed loss and NLL per target token over the validation split, in eval
         mode; ``gates(batch, i)`` gates each batch's heads (HeadMask)."""
         self.model.eval()
-        loss_sum = nll_sum = tokens = 0.0
-        data = self.valid_data
-        for i, index in enumerate(
-            token_batches(data.src_lens(), data.tgt_lens() - 1, self.cfg.data.max_tokens, 0, -1)
-        ):
-            b = make_batch(data, index, self.requests).to(self.device)
-            self.model.set_head_gates(None if gates is None else gates(b, i))
-            try:
-                logits = self.model(b.src, b.tgt_in, b.syntax, b.scored)
-            finally:
-                self.model.set_head_gates(None)
-            loss, nll = token_loss(logits, b.gold, self.cfg.optim.label_smoothing)
-            loss_sum += float(loss)
-            nll_sum += float(nll)
-            tokens += b.ntokens
-        self.model.train()
-        return loss_sum / tokens, nll_sum / tokens
+        try:
+            return corpus_losses(self.model, self.valid_data, self.requests,
+                                 self.cfg.data.max_tokens, self.device,
+                                 self.cfg.optim.label_smoothing, gates)  # fmt: skip
+        finally:
+            self.model.train()
 
     def translate(self, data: Corpus, limit: int | None = None) -> list[str]:
         """Beam-search translations of a split (detokenised), with the config's decoding."""
