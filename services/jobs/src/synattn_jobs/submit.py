@@ -119,9 +119,11 @@ def check_processes(
     if processes <= 1:
         return
     if resources.per_node > settings.max_processes:
-        on = f" on each of {resources.nodes} nodes" if resources.nodes > 1 else ""
+        spread = f" {resources.per_node} on each of {resources.nodes} nodes;" * (
+            resources.nodes > 1
+        )
         raise BadJobSpec(
-            f"resources.processes {processes}: {resources.per_node}{on}; a job may have at most "
+            f"resources.processes {processes}:{spread} a job may have at most "
             f"{settings.max_processes} processes per node (SYNATTN_MAX_PROCESSES)"
         )
     most = (
