@@ -433,3 +433,26 @@ def test_the_head_importance_fact_averages_the_seeds_that_recorded_it(tmp_path: 
     assert head_importance(tmp_path) == (
         "vanilla mean 0.5, variance 0.3 (2 seeds) and Impt-N mean 0.5, variance 0.25 (1 seed)"
     )
+
+
+def test_the_spread_fact_pairs_each_row_with_its_own_baseline() -> None:
+    """The median seed spread of Δ per final-model selection: each row against its paper's
+    baseline (fixed-word against 8L), Impt-N and rows of one paired seed left out."""
+    from synattn_jobs.study.facts import delta_spreads
+
+    def runs(*bleu: float) -> dict[int, dict[str, float]]:
+        return {k + 1: {"average": b, "last": b - 1} for k, b in enumerate(bleu)}
+
+    scores = {
+        "vanilla": runs(30.0, 30.0, 30.0),
+        "8L": runs(20.0, 20.0, 20.0),
+        "fixed-word": runs(21.0, 22.0, 23.0),  # against 8L: +1, +2, +3 (sd 1)
+        "dea": runs(30.0, 30.5, 31.0),  # +0, +0.5, +1 (sd 0.5)
+        "lpea": runs(30.0, 32.0, 34.0),  # sd 2
+        "headmask-impt": runs(10.0, 20.0, 5.0),  # left out
+        "rhe+lpea": runs(31.0),  # one seed: no spread
+    }
+    assert delta_spreads(scores) == (
+        "over the 3 rows besides Impt-N is 1.00 averaged and 1.00 on last checkpoints"
+    )
+    assert delta_spreads({}) == "not measured"

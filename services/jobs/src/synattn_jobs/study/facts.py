@@ -82,6 +82,29 @@ def head_importance(experiment: Path) -> str:
     return _and(parts) if parts else "none recorded yet (the published runs predate the record)"
 
 
+BASELINES = ("vanilla", "8L")
+BASELINE_OF = {"fixed-word": "8L"}  # the fixed-pattern paper's own baseline; vanilla otherwise
+
+
+def delta_spreads(scores: dict[str, dict[int, dict[str, float]]]) -> str:
+    """The median over the study's rows (Impt-N aside, whose spread is of another order) of the
+    standard deviation of Δ over seeds, under each final-model selection."""
+    rows = [v for v in sorted(scores) if v not in BASELINES and v != "headmask-impt"]
+    parts = []
+    for key, words in (("average", "averaged"), ("best_valid", "on best-validation"),
+                       ("last", "on last checkpoints")):  # fmt: skip
+        sds = []
+        for row in rows:
+            diffs = _paired(scores, row, BASELINE_OF.get(row, "vanilla"), key)
+            if len(diffs) > 1:
+                sds.append(statistics.stdev(diffs))
+        if sds:
+            parts.append((len(sds), f"{statistics.median(sds):.2f} {words}"))
+    if not parts:
+        return "not measured"
+    return f"over the {parts[0][0]} rows besides Impt-N is " + _and([p for _, p in parts])
+
+
 def facts(
     results: Path,
     study: Path,
@@ -114,6 +137,7 @@ def facts(
             f"{reading(mean_ci(gated), (1.12,))}"
         )
     out["headmask-importance"] = head_importance(study)
+    out["delta-spreads"] = delta_spreads(scores)
     losses = final_valid_losses(study, "vanilla")
     if losses:
         out["vanilla-final-valid"] = _and([f"{v:.3f}" for v in losses])
