@@ -452,7 +452,9 @@ def test_the_spread_fact_pairs_each_row_with_its_own_baseline() -> None:
         "headmask-impt": runs(10.0, 20.0, 5.0),  # left out
         "rhe+lpea": runs(31.0),  # one seed: no spread
     }
-    assert delta_spreads(scores) == (
+    vs = {"fixed-word": "8L", "dea": "vanilla", "lpea": "vanilla", "headmask-impt": "vanilla",
+          "rhe+lpea": "vanilla"}  # fmt: skip
+    assert delta_spreads(scores, vs) == (
         "over the 3 rows besides Impt-N is 1.00 averaged and 1.00 on last checkpoints"
     )
-    assert delta_spreads({}) == "not measured"
+    assert delta_spreads({}, {}) == "not measured"

@@ -554,7 +554,8 @@ def study_facts(results: Path) -> dict[str, str]:
     main = [e for e in load(results) if e[0]["name"] == STUDY]
     rows, family = measured_rows(main)
     diffs = [list(f["row"]["diffs"].values()) for _, f, _, _ in rows if f is not None]
-    return facts(results, results / STUDY, diffs, family, run_scores(results / STUDY))
+    vs = {r["variant"]: r["vs"] for r in main[0][0]["rows"] if r.get("vs")} if main else {}
+    return facts(results, results / STUDY, diffs, family, run_scores(results / STUDY), vs)
 
 
 def splice(text: str, section: str, begin: str = BEGIN, end: str = END) -> str:

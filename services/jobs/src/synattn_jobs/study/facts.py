@@ -82,22 +82,16 @@ def head_importance(experiment: Path) -> str:
     return _and(parts) if parts else "none recorded yet (the published runs predate the record)"
 
 
-BASELINES = ("vanilla", "8L")
-BASELINE_OF = {"fixed-word": "8L"}  # the fixed-pattern paper's own baseline; vanilla otherwise
-
-
-def delta_spreads(scores: dict[str, dict[int, dict[str, float]]]) -> str:
-    """The median over the study's rows (Impt-N aside, whose spread is of another order) of the
-    standard deviation of Δ over seeds, under each final-model selection."""
-    rows = [v for v in sorted(scores) if v not in BASELINES and v != "headmask-impt"]
+def delta_spreads(scores: dict[str, dict[int, dict[str, float]]], vs: dict[str, str]) -> str:
+    """The median over the study's rows (``vs``: each row's baseline, from its report; Impt-N
+    aside, whose spread is of another order) of the standard deviation of Δ over seeds, under
+    each final-model selection."""
     parts = []
     for key, words in (("average", "averaged"), ("best_valid", "on best-validation"),
                        ("last", "on last checkpoints")):  # fmt: skip
-        sds = []
-        for row in rows:
-            diffs = _paired(scores, row, BASELINE_OF.get(row, "vanilla"), key)
-            if len(diffs) > 1:
-                sds.append(statistics.stdev(diffs))
+        diffs = [_paired(scores, row, base, key) for row, base in sorted(vs.items())
+                 if row != "headmask-impt"]  # fmt: skip
+        sds = [statistics.stdev(d) for d in diffs if len(d) > 1]
         if sds:
             parts.append((len(sds), f"{statistics.median(sds):.2f} {words}"))
     if not parts:
@@ -111,10 +105,11 @@ def facts(
     row_diffs: list[list[float]],
     family: int,
     scores: dict[str, dict[int, dict[str, float]]],
+    vs: dict[str, str],
 ) -> dict[str, str]:
     """Every fact the prose may quote, by name: from the study's folder, its claims table's
-    rows (each row's per-seed Δ, over a Holm family of ``family`` rows) and every run's test
-    BLEU per final-model selection (``claims.run_scores``)."""
+    rows (each row's per-seed Δ, over a Holm family of ``family`` rows), every run's test
+    BLEU per final-model selection (``claims.run_scores``) and each report row's baseline."""
     out: dict[str, str] = {}
     mdes = []
     for diffs in row_diffs:
@@ -137,7 +132,7 @@ def facts(
             f"{reading(mean_ci(gated), (1.12,))}"
         )
     out["headmask-importance"] = head_importance(study)
-    out["delta-spreads"] = delta_spreads(scores)
+    out["delta-spreads"] = delta_spreads(scores, vs)
     losses = final_valid_losses(study, "vanilla")
     if losses:
         out["vanilla-final-valid"] = _and([f"{v:.3f}" for v in losses])
