@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import time
 import pytest
 import yaml
 
+from synattn_shared.serve import wait_answering
 from tests.conftest import REPO, free_port
 
 
@@ -77,7 +79,6 @@ def test_redis_service_command_starts_outside_docker(tmp_path):
 
 
 def test_parser_api_service_command_starts_outside_docker():
-    import httpx
 
     cmd = list(compose()["services"]["parser-api"]["command"])
     port = free_port()
@@ -86,18 +87,8 @@ def test_parser_api_service_command_starts_outside_docker():
     exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
     proc = subprocess.Popen([exe, *cmd[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                r = httpx.get(f"http://127.0.0.1:{port}/v1/ready", timeout=2)
-                if r.status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, "the parser API exited"
-            assert time.time() < deadline, "the parser API did not become ready"
-            time.sleep(0.2)
-        assert r.json()["backend"] == "spacy"
+        ready = json.loads(wait_answering(f"http://127.0.0.1:{port}/v1/ready", proc))
+        assert ready["backend"] == "spacy"
     finally:
         proc.terminate()
         proc.wait(timeout=15)
@@ -153,23 +144,15 @@ def test_worker_service_commands_start_outside_docker(tmp_path):
 
 
 def _serve(cmd: list[str], env: dict, url: str, what: str) -> None:
-    import httpx
 
     exe = shutil.which(cmd[0]) or str(REPO / ".venv/bin" / cmd[0])
     proc = subprocess.Popen(
         [exe, *cmd[1:]], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if httpx.get(url, timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, f"the {what} exited"
-            assert time.time() < deadline, f"the {what} did not answer {url}"
-            time.sleep(0.2)
+        wait_answering(url, proc)
+    except (RuntimeError, TimeoutError) as exc:
+        raise AssertionError(f"the {what}: {exc}") from None
     finally:
         proc.terminate()
         proc.wait(timeout=15)

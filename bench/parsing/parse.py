@@ -50,6 +50,7 @@ from synattn_parser.settings import ParserSettings
 from synattn_shared.cpus import usable_cpus
 from synattn_shared.datasets import multi30k_lines
 from synattn_shared.heap import freeze_heap
+from synattn_shared.serve import wait_answering
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,16 +113,12 @@ def start_server(**extra_env: str) -> tuple[subprocess.Popen[bytes], str]:
         env=env, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("parser API did not start")
+    try:
+        wait_answering(f"{url}/v1/ready", proc, timeout=120)
+    except (RuntimeError, TimeoutError) as exc:
+        proc.kill()
+        raise SystemExit(f"the parser API did not start: {exc}") from None
+    return proc, url
 
 
 async def clients(url: str, items: list, concurrency: int, per_request: int):

@@ -44,6 +44,7 @@ def main() -> None:
     import torch
 
     from synattn_jobs.store import JobStore
+    from synattn_shared.serve import wait_answering
     from synattn_trainer.checkpoint import latest
     from synattn_trainer.data import load_corpus
     from synattn_trainer.explorer import row_attention
@@ -71,12 +72,7 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Bearer {token}"}
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        wait_answering(f"{base}/v1/health", server, timeout=60)
         url = f"{base}/v1/jobs/{job.id}/attention"
         client = httpx.Client(headers=headers, timeout=120)
 

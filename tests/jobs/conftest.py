@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
+from synattn_shared.serve import wait_answering
 from tests.conftest import free_port
 from tests.trainer.conftest import m30k  # noqa: F401  (session fixture: parsed data + vocab)
 
@@ -236,14 +236,10 @@ def serving(env: Env, **settings: str) -> Iterator[tuple[str, str, Env]]:
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(200):
-            try:
-                if httpx.get(f"{base}/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError((env.home / "api.log").read_text())
+        try:
+            wait_answering(f"{base}/v1/health", proc, timeout=30)
+        except (RuntimeError, TimeoutError) as exc:
+            raise AssertionError(f"{exc}\n{(env.home / 'api.log').read_text()}") from None
         token = env.cli("token", "create", "tester").stdout.strip()
         yield base, token, env
     finally:

@@ -15,6 +15,7 @@ import httpx
 import psutil
 import pytest
 
+from synattn_shared.serve import wait_answering
 from tests.conftest import free_port
 
 TEST_LIMITS = {
@@ -29,17 +30,8 @@ TEST_LIMITS = {
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/v1/ready", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} not ready after {timeout}s")
+    """The parser API at ``url`` has its models loaded (``/v1/ready``)."""
+    wait_answering(f"{url}/v1/ready", proc, timeout)
 
 
 @contextmanager

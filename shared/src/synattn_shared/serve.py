@@ -3,13 +3,18 @@
 uvicorn closes idle keep-alive connections, but a client that sends half its headers, or a
 ``Content-Length`` larger than what it sends, holds a connection (and a task) forever. The
 protocol here gives every request a deadline for its headers and one for its body; past either
-the client gets a 408 (when nothing was answered yet) and the connection is closed.
+the client gets a 408 (when nothing was answered yet) and the connection is closed. And
+waiting for a server just started to answer, as the tests, benchmarks and tools do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
+import subprocess
+import time
+import urllib.request
 from typing import Any
 
 
@@ -95,3 +100,23 @@ def serve(
         http=guarded_http(header_timeout, body_timeout),
         **uvicorn_options,
     )
+
+
+def wait_answering(
+    url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 60.0
+) -> bytes:
+    """Block until ``GET url`` answers 200, and return its body: a server just started (by the
+    tests, a benchmark or a tool) takes requests from then on. Raises ``RuntimeError`` at once
+    when ``process`` (the server) exits first, ``TimeoutError`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server for {url} exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    return bytes(answer.read())
+        except (OSError, http.client.HTTPException):  # refused, reset, not yet listening, 5xx
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout:g} s")
