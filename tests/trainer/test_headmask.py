@@ -182,6 +182,36 @@ def test_impt_scores_rank_absolute_signed_and_per_module() -> None:
     assert headmask.select_important(per_module, 2) == [0, 2]
 
 
+def test_heads_to_mask_draws_random_n_and_ranks_impt_n_on_the_training_loss(m30k, setup) -> None:  # type: ignore[no-untyped-def]
+    """One choice for the trainer and the diagnosis: Random-N is the seeded draw of its
+    (seed, update, micro-step); Impt-N takes the top n of the batch's importance of the
+    label-smoothed loss training uses (not the plain NLL: with smoothing the two differ), and
+    returns the batch's mean signed dL/dxi."""
+    from synattn_trainer.config import HeadMaskConfig
+
+    corpus, tok = setup
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(m30k), tok.get_vocab_size()).eval()
+    batch = make_batch(corpus, list(range(8)))
+    sizes = model.heads_per_module()
+    random_n = HeadMaskConfig(mode="random", n=3)
+    masked, signed = headmask.heads_to_mask(model, batch, random_n, (7, 40, 1), 0.1, sizes)
+    assert masked == headmask.random_heads(model.num_heads, 3, 7, 40, 1) and signed is None
+    impt = HeadMaskConfig(mode="impt")  # n: 12.5% of the heads
+    n = max(1, round(0.125 * model.num_heads))
+    masked, signed = headmask.heads_to_mask(model, batch, impt, (7, 40, 1), 0.1, sizes)
+
+    def smoothed(m: Transformer, b: object) -> torch.Tensor:
+        return headmask.per_sentence_loss(m, b, 0.1)  # type: ignore[arg-type]
+
+    expected = headmask.sentence_importance(model, batch, smoothed, absolute=False)
+    assert len(masked) == n and signed is not None
+    assert masked == headmask.select_important(expected.abs().mean(0), n)
+    torch.testing.assert_close(signed, expected.mean(0))
+    plain = headmask.sentence_importance(model, batch, absolute=False)
+    assert not torch.allclose(plain, expected)  # the loss it ranks by matters
+
+
 def test_mask_tally_records_each_heads_share_and_resets() -> None:
     tally = headmask.MaskTally(["enc_self.0.0", "enc_self.0.1", "dec_self.1.0"])
     assert tally.record(5) is None

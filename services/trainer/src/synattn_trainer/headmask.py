@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from synattn_trainer.config import HeadMaskConfig
 from synattn_trainer.data import Batch
 from synattn_trainer.model import Transformer
 
@@ -154,6 +155,31 @@ def random_heads(total: int, n: int, seed: int, update: int, micro: int) -> list
     """``n`` distinct heads drawn by a generator seeded from ``(seed, update, micro)``."""
     rng = np.random.default_rng([seed, update, micro])
     return sorted(rng.choice(total, size=n, replace=False).tolist())
+
+
+def heads_to_mask(
+    model: Transformer,
+    batch: Batch,
+    hm: HeadMaskConfig,
+    draw: tuple[int, int, int],
+    smoothing: float,
+    module_sizes: Sequence[int],
+) -> tuple[list[int], Tensor | None]:
+    """The heads HeadMask masks for ``batch``: Random-N's draw for ``draw`` (seed, update,
+    micro-step), or Impt-N's ``n`` heads ranked by ``impt_scores`` of the loss training uses
+    (label ``smoothing``), the importance taken in the model's current mode; for Impt-N also
+    the batch's mean signed ``dL/d xi`` per head (what ``MaskTally`` counts as harmful). The
+    trainer and the diagnosis's "masked as in training" both choose here, so they agree."""
+    n = hm.n if hm.n is not None else max(1, round(0.125 * model.num_heads))
+    if hm.mode == "random":
+        return random_heads(model.num_heads, n, *draw), None
+
+    def loss(m: Transformer, b: Batch) -> Tensor:
+        return per_sentence_loss(m, b, smoothing)
+
+    signed = sentence_importance(model, batch, loss, absolute=False)
+    scores = impt_scores(signed, hm.importance, hm.ranking, module_sizes)
+    return select_important(scores, n), signed.mean(0).detach()
 
 
 def mask_gates(total: int, masked: list[int], device: torch.device) -> Tensor:

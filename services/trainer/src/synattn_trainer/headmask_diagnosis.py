@@ -72,17 +72,15 @@ def evaluate(model_file: Path, often: list[str], data: Path | None) -> dict[str,
     names = [model.head_name(g) for g in range(model.num_heads)]
     index = {f"{n.rsplit('.', 1)[0]}.h{n.rsplit('.', 1)[1]}": g for g, n in enumerate(names)}
     often_ids = sorted(index[h] for h in often)
-    hm = cfg.headmask
-    n = hm.n if hm.n is not None else max(1, round(0.125 * model.num_heads))
     sizes = model.heads_per_module()
 
-    def as_in_training(b: Any, i: int) -> list[int]:
-        if hm.mode == "random":
-            return headmask.random_heads(model.num_heads, n, cfg.train.seed, 0, VALID_MICRO + i)
+    def as_in_training(b: Any, i: int) -> list[int]:  # the trainer's validate_masked
         with torch.enable_grad():
-            signed = headmask.sentence_importance(model, b, absolute=False)
-        scores = headmask.impt_scores(signed, hm.importance, hm.ranking, sizes)
-        return headmask.select_important(scores, n)
+            masked, _ = headmask.heads_to_mask(
+                model, b, cfg.headmask, (cfg.train.seed, 0, VALID_MICRO + i),
+                cfg.optim.label_smoothing, sizes,
+            )  # fmt: skip
+        return masked
 
     out: dict[str, Any] = {"model": str(model_file), "sentences": len(corpus)}
     out["nll_all_heads"] = nll(model, corpus, lambda b, i: [])

@@ -51,23 +51,14 @@ class HeadMaskTraining:
     def _choose_masked(
         self, batch: Batch, update: int, micro: int
     ) -> tuple[list[int], Tensor | None]:
-        """The heads HeadMask masks for ``batch`` (importance in the model's current mode),
-        and for Impt-N the batch's mean signed ``dL/d xi`` per head."""
+        """The heads HeadMask masks for ``batch`` at this (update, micro-step), and for Impt-N
+        the batch's mean signed ``dL/d xi`` per head (``headmask.heads_to_mask``)."""
         from synattn_trainer import headmask
 
-        hm = self.cfg.headmask
-        total = self.model.num_heads
-        n = hm.n if hm.n is not None else max(1, round(0.125 * total))
-        if hm.mode == "random":
-            return headmask.random_heads(total, n, self.cfg.train.seed, update, micro), None
-        smoothing = self.cfg.optim.label_smoothing
-
-        def loss(model: Transformer, b: Batch) -> Tensor:
-            return headmask.per_sentence_loss(model, b, smoothing)
-
-        signed = headmask.sentence_importance(self.model, batch, loss, absolute=False)
-        scores = headmask.impt_scores(signed, hm.importance, hm.ranking, self._module_heads)
-        return headmask.select_important(scores, n), signed.mean(0).detach()
+        return headmask.heads_to_mask(
+            self.model, batch, self.cfg.headmask, (self.cfg.train.seed, update, micro),
+            self.cfg.optim.label_smoothing, self._module_heads,
+        )  # fmt: skip
 
     def validate_masked(self) -> dict[str, float]:
         """HeadMask runs: validation loss and NLL with heads masked as in training (Impt-N's
