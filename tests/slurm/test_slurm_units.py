@@ -160,5 +160,4 @@ def test_the_reconcilers_of_many_jobs_ask_slurm_once_per_period(
     # 2.6 s of 0.25 s periods: about 10 passes in all (at most one per 0.8 of a period), where
     # six untethered timers would make about 60 (a loaded machine's timers wake late: fewer)
     assert 4 <= len(asked) <= 13, len(asked)
-    assert sum(t.passes for t in threads) == len(asked)
     assert min(b - a for a, b in itertools.pairwise(asked)) >= 0.19

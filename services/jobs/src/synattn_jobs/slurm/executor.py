@@ -206,14 +206,12 @@ class Reconciler(threading.Thread):
         self.store, self.settings = store, settings
         self.interval_s = max(2.0, settings.stale_after_s / 2)
         self.stop = threading.Event()
-        self.passes = 0  # the passes this one made (the others' turns are not counted)
 
     def run(self) -> None:
         while not self.stop.wait(self.interval_s):
             try:
                 # a little under the period: a timer that wakes late must not skip a turn
                 if self.store.take_turn("slurm-reconcile", 0.8 * self.interval_s):
-                    self.passes += 1
                     reconcile_quietly(self.store, self.settings)
             except Exception:  # a store hiccup: the next pass retries
                 log.exception("reconcile pass failed")
