@@ -399,9 +399,17 @@ def test_prose_numbers_are_generated_facts(tmp_path: Path) -> None:
     """A number between fact markers is rewritten from results/ (a hand-typed interval is
     replaced), and a marker naming no known fact stops the generator naming it."""
     c = claims()
+    import re
+
     known = c.study_facts(REPO / "results")
-    assert known["vanilla-minus-8L"].endswith("CI [-0.73, +1.09]")
-    assert known["vanilla-final-valid"] == "3.069, 3.117 and 3.097"
+    # the same comparison through the report's own sentence (another code path) in the tables
+    page = (REPO / "docs" / "study.md").read_text(encoding="utf-8")
+    said = re.search(r"minus 8L \(without\) is (\S+ ± \S+) BLEU over \d+ seeds in "
+                     r"`study-conv5k` \(95% CI (\[[^\]]+\])", page)  # fmt: skip
+    assert said is not None and known["vanilla-minus-8L"] == f"{said[1]}, CI {said[2]}"
+    finals = sorted((REPO / "results" / "study-conv5k" / "runs").glob("vanilla-s*.metrics.jsonl"))
+    assert known["vanilla-final-valid"].startswith("3.069, 3.117")  # seeds 1 and 2
+    assert known["vanilla-final-valid"].count(".") == len(finals)  # one loss per seed
     assert known["slr-gated-averaged"].startswith("-0.40 ± 0.13, CI [-0.71, -0.08]")
     typed = "is <!-- fact:vanilla-minus-8L -->+0.18 ± 0.37, CI [-0.74, +1.10]<!-- /fact -->:"
     assert c.fill(typed, known, "x") == (
@@ -458,3 +466,39 @@ def test_the_spread_fact_pairs_each_row_with_its_own_baseline() -> None:
         "over the 3 rows besides Impt-N is 1.00 averaged and 1.00 on last checkpoints"
     )
     assert delta_spreads({}, {}) == "not measured"
+
+
+def test_the_baseline_status_and_provenance_facts(tmp_path: Path) -> None:
+    """The baselines' BLEU per seed, what averaging gains over the last checkpoint, how far
+    the study is (runs landed of those planned, seeds per system) and under which commits
+    its runs trained, each from a small study folder."""
+    from synattn_jobs.study.facts import facts, provenance, study_status
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name, variant, seed, bleu in (("vanilla-s1", "vanilla", 1, 30.0),
+                                      ("vanilla-s2", "vanilla", 2, 31.5),
+                                      ("dea-s1", "dea", 1, 29.0),
+                                      ("dea-s2", "dea", 2, None)):  # fmt: skip
+        record = {"variant": variant, "seed": seed, "result": {"bleu": bleu}}
+        (runs / f"{name}.json").write_text(json.dumps(record))
+    commits = [{"commit": "a" * 40, "dirty": False, "updates": 1500},
+               {"commit": "b" * 40, "dirty": True, "updates": 500}]  # fmt: skip
+    plan = {"planned": 8, "provenance": {"commits": commits,
+            "not_recorded": {"runs": ["dea-s1"], "updates": 1000},
+            "runs": {"vanilla-s1": [], "vanilla-s2": [], "dea-s1": []}}}  # fmt: skip
+    (tmp_path / "run.json").write_text(json.dumps(plan))
+    assert study_status(tmp_path) == (
+        "3 of the 8 planned runs have landed: 2 seeds of `vanilla`; 1 seed of `dea`"
+    )
+    assert provenance(tmp_path) == (
+        "3 runs trained under 2 commits, 1 of them dirty, which hold 2,000 of the 3,000 "
+        "updates trained; the other 1,000"
+    )
+    scores = {"vanilla": {1: {"average": 30.0, "last": 29.0}, 2: {"average": 31.5, "last": 29.0}},
+              "8L": {1: {"average": 29.0}}}  # fmt: skip
+    known = facts(tmp_path, tmp_path, [], 5, scores, {})
+    assert known["vanilla-bleu"] == "30.00 and 31.50 (mean 30.75)"
+    assert known["8L-bleu"] == "29.00 (mean 29.00)"
+    assert known["vanilla-last-bleu"] == "29.00 and 29.00"
+    assert known["vanilla-averaging-gain"] == "1.0-2.5"

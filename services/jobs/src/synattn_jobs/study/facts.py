@@ -99,6 +99,48 @@ def delta_spreads(scores: dict[str, dict[int, dict[str, float]]], vs: dict[str, 
     return f"over the {parts[0][0]} rows besides Impt-N is " + _and([p for _, p in parts])
 
 
+def seed_bleu(scores: dict[str, dict[int, dict[str, float]]], variant: str,
+              selection: str = "average") -> list[float]:  # fmt: skip
+    """``variant``'s test BLEU per seed (in seed order) under one final-model selection."""
+    return [by[selection] for _, by in sorted(scores.get(variant, {}).items()) if selection in by]
+
+
+def _scored(values: list[float]) -> str:
+    return f"{_and([f'{v:.2f}' for v in values])} (mean {statistics.fmean(values):.2f})"
+
+
+def study_status(study: Path) -> str:
+    """How far the study is: runs published of those planned (``run.json``), and the seeds
+    each system has."""
+    plan = json.loads((study / "run.json").read_text(encoding="utf-8"))
+    seeds: dict[str, list[int]] = {}
+    for path in sorted((study / "runs").glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        if (run.get("result") or {}).get("bleu") is not None and run.get("seed") is not None:
+            seeds.setdefault(run["variant"], []).append(int(run["seed"]))
+    done = sum(len(v) for v in seeds.values())
+    counts: dict[int, list[str]] = {}
+    for variant, got in seeds.items():
+        counts.setdefault(len(got), []).append(f"`{variant}`")
+    parts = [f"{n} seed{'s' if n > 1 else ''} of {_and(sorted(names))}"
+             for n, names in sorted(counts.items(), reverse=True)]  # fmt: skip
+    return f"{done} of the {plan['planned']} planned runs have landed: {'; '.join(parts)}"
+
+
+def provenance(study: Path) -> str:
+    """Under which commits the study's runs trained (``run.json``'s ``provenance``): how many
+    runs, commits and dirty commits, and the updates recorded under them of all trained."""
+    plan = json.loads((study / "run.json").read_text(encoding="utf-8"))
+    prov = plan.get("provenance") or {}
+    commits = prov.get("commits") or []
+    recorded = sum(int(c["updates"]) for c in commits)
+    unknown = int((prov.get("not_recorded") or {}).get("updates", 0))
+    dirty = sum(1 for c in commits if c.get("dirty"))
+    return (f"{len(prov.get('runs') or {})} runs trained under {len(commits)} commits, {dirty} "
+            f"of them dirty, which hold {recorded:,} of the {recorded + unknown:,} updates "
+            f"trained; the other {unknown:,}")  # fmt: skip
+
+
 def facts(
     results: Path,
     study: Path,
@@ -120,6 +162,17 @@ def facts(
     if mdes:
         out["mde-range"] = f"{min(mdes):.1f} to {max(mdes):.1f} BLEU"
         out["mde-min"] = f"{min(mdes):.1f} BLEU"
+    for variant in ("vanilla", "8L"):
+        if bleu := seed_bleu(scores, variant):
+            out[f"{variant}-bleu"] = _scored(bleu)
+    averaged, last = seed_bleu(scores, "vanilla"), seed_bleu(scores, "vanilla", "last")
+    if averaged and len(last) == len(averaged):
+        gains = [a - b for a, b in zip(averaged, last, strict=True)]
+        out["vanilla-last-bleu"] = _and([f"{v:.2f}" for v in last])
+        out["vanilla-averaging-gain"] = f"{min(gains):.1f}-{max(gains):.1f}"
+    if (study / "run.json").is_file():
+        out["study-status"] = study_status(study)
+        out["provenance"] = provenance(study)
     eos = _paired(scores, "vanilla", "8L", "average")
     if len(eos) > 1:
         out["vanilla-minus-8L"] = f"{_pm(eos)}, CI {ci_text(eos)}"
@@ -145,12 +198,18 @@ def facts(
         out["curve-valid-loss"] = _and(
             [f"{p['valid_loss']:.4f} at {p['update']:,}" for p in after]
         )
-        averaged = json.loads(avg.read_text(encoding="utf-8"))["points"]
-        tail = [p for p in averaged if p["update"] >= best["update"] - 500]
+        curve_avg = json.loads(avg.read_text(encoding="utf-8"))["points"]
+        tail = [p for p in curve_avg if p["update"] >= best["update"] - 500]
         out["curve-averaged-valid-bleu"] = _and(
             [f"{p['avg_valid_bleu']:.2f} at {p['update']:,}" for p in tail]
         )
-        out["curve-converged"] = f"{averaged[-1]['avg_test_bleu']:.1f}"
+        converged = curve_avg[-1]["avg_test_bleu"]
+        out["curve-converged"] = f"{converged:.1f}"
+        if vanilla := seed_bleu(scores, "vanilla"):
+            out["vanilla-below-converged"] = (
+                f"{converged - statistics.fmean(vanilla):.1f} below the converged "
+                f"{converged:.1f} and each seed within {converged - min(vanilla):.1f} of it"
+            )
     return out
 
 
