@@ -10,6 +10,9 @@ import yaml
 
 from tests.slurm.conftest import SlurmEnv
 
+LIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING"}  # squeue: the Slurm job goes on
+SYNC_EVERY_S = 10.0
+
 
 def model(path: str | Path) -> dict:
     import torch
@@ -32,17 +35,25 @@ def config(slurm: SlurmEnv, name: str, **train: object) -> Path:
 
 
 def settled(slurm: SlurmEnv, job_id: str, states: set[str], timeout: float = 90):
-    """Wait for ``states`` while reconciling as the job API would (``synattn slurm sync``)."""
+    """Wait for ``states`` while reconciling as the job API would (``synattn slurm sync``):
+    the store is read every half second, the CLI run once Slurm no longer runs the job's
+    Slurm job (and every ``SYNC_EVERY_S`` in any case): a job that ends on its own records
+    its outcome, and a CLI process a second would take a core from the job it waits for."""
     import time
 
+    store = slurm.store()
     deadline = time.monotonic() + timeout
+    synced_at = time.monotonic()
     while time.monotonic() < deadline:
-        slurm.cli("slurm", "sync")
-        job = slurm.store().get(job_id)
+        job = store.get(job_id)
         if job is not None and job.state in states:
             return job
-        time.sleep(1)
-    job = slurm.store().get(job_id)
+        running = job is not None and job.slurm_job and slurm.squeue(job.slurm_job)[0] in LIVE
+        if not running or time.monotonic() - synced_at > SYNC_EVERY_S:
+            slurm.cli("slurm", "sync")
+            synced_at = time.monotonic()
+        time.sleep(0.5)
+    job = store.get(job_id)
     raise AssertionError(f"{job_id}: {job and job.state} {job and job.error}\n{slurm.logs()}")
 
 
