@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 PROJECTS := shared/pyproject.toml services/parser/pyproject.toml services/trainer/pyproject.toml \
 	services/jobs/pyproject.toml
 
-.PHONY: venv data demo demo-help test lint pytest docs bench bench-peer clean compose-up \
+.PHONY: venv data demo demo-help test test-durations lint pytest docs bench bench-peer clean compose-up \
 	compose-down compose-demo compose-test
 
 venv: $(STAMP)
@@ -82,12 +82,18 @@ lint: venv
 # two pytest-xdist workers (one per core here), each test file on one worker: a file's tests
 # share its module fixtures, and a fixed Redis database is never flushed under another test.
 # (A third worker on two cores was no faster: 666 s against 673 s, each test slower, and a
-# Slurm test that must notice a dead node in 30 s missed it.)
-PYTEST_ARGS ?= -n 2 --dist loadfile
+# Slurm test that must notice a dead node in 30 s missed it.) Files go slowest first, by the
+# seconds tests/file_durations.json holds (tests/file_order.py), not xdist's most-tests-first:
+# a long file taken last leaves the other core idle; make test-durations measures them anew.
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 pytest: venv
 	bash .ci/services.sh
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-durations: venv
+	bash .ci/services.sh
+	$(BIN)/python -m pytest $(PYTEST_ARGS) --store-durations
 
 # ruff first (seconds); mypy (about a minute with a cold cache) runs beside the tests, its
 # report after theirs; either failing fails the target

@@ -30,6 +30,8 @@ settings.register_profile(
 )
 settings.load_profile("ci" if __import__("os").environ.get("CI") else "dev")
 
+pytest_plugins = ["tests.file_order"]  # the slowest files first (make test spreads files)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(
     __import__("os").environ.get("SYNATTN_DATA_DIR", REPO.parent / "shared" / "data")

@@ -218,7 +218,12 @@ def test_identical_outputs_are_inconclusive_and_one_seed_warns(tmp_path: Path) -
 EXPERIMENTS = sorted((Path(__file__).parents[2] / "examples" / "experiments").glob("*.yaml"))
 
 
-DIAGNOSTICS = {"headmask-diagnose", "headmask-diagnose-b", "rhe-prose"}  # one seed, short
+DIAGNOSTICS = {
+    "headmask-diagnose",
+    "headmask-diagnose-b",
+    "headmask-diagnose-c",
+    "rhe-prose",
+}  # one seed
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
