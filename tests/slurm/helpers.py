@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from synattn_jobs.slurm.states import ACTIVE
 from tests.slurm.conftest import SlurmEnv
 
-LIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING"}  # squeue: the Slurm job goes on
 SYNC_EVERY_S = 10.0
 
 
@@ -48,7 +48,7 @@ def settled(slurm: SlurmEnv, job_id: str, states: set[str], timeout: float = 90)
         job = store.get(job_id)
         if job is not None and job.state in states:
             return job
-        running = job is not None and job.slurm_job and slurm.squeue(job.slurm_job)[0] in LIVE
+        running = job is not None and job.slurm_job and slurm.squeue(job.slurm_job)[0] in ACTIVE
         if not running or time.monotonic() - synced_at > SYNC_EVERY_S:
             slurm.cli("slurm", "sync")
             synced_at = time.monotonic()
