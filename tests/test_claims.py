@@ -410,7 +410,10 @@ def test_prose_numbers_are_generated_facts(tmp_path: Path) -> None:
     finals = sorted((REPO / "results" / "study-conv5k" / "runs").glob("vanilla-s*.metrics.jsonl"))
     assert known["vanilla-final-valid"].startswith("3.069, 3.117")  # seeds 1 and 2
     assert known["vanilla-final-valid"].count(".") == len(finals)  # one loss per seed
-    assert known["slr-gated-averaged"].startswith("-0.40 ± 0.13, CI [-0.71, -0.08]")
+    assert known["slr-gated-averaged"].startswith(known["diff.slr-gated.vanilla.average"])
+    # each row's quoted Δ is the table's own cell
+    for system in ("fixed-word", "slr-gated", "headmask-impt"):
+        assert f"| {known['row.' + system].split(', CI ')[0]} vs " in page, system
     typed = "is <!-- fact:vanilla-minus-8L -->+0.18 ± 0.37, CI [-0.74, +1.10]<!-- /fact -->:"
     assert c.fill(typed, known, "x") == (
         f"is <!-- fact:vanilla-minus-8L -->{known['vanilla-minus-8L']}<!-- /fact -->:"
@@ -497,8 +500,89 @@ def test_the_baseline_status_and_provenance_facts(tmp_path: Path) -> None:
     )
     scores = {"vanilla": {1: {"average": 30.0, "last": 29.0}, 2: {"average": 31.5, "last": 29.0}},
               "8L": {1: {"average": 29.0}}}  # fmt: skip
-    known = facts(tmp_path, tmp_path, [], 5, scores, {})
+    known = facts(tmp_path, tmp_path, {}, 5, scores, {})
     assert known["vanilla-bleu"] == "30.00 and 31.50 (mean 30.75)"
     assert known["8L-bleu"] == "29.00 (mean 29.00)"
     assert known["vanilla-last-bleu"] == "29.00 and 29.00"
     assert known["vanilla-averaging-gain"] == "1.0-2.5"
+    assert "wall-total" not in known  # no run's wall time recorded
+    from synattn_jobs.study.facts import wall_times
+
+    plan["runs"] = [{"wall_s": 3600.0}, {"wall_s": 7200.0}, {"wall_s": 5400.0}, {"wall_s": None}]
+    (tmp_path / "run.json").write_text(json.dumps(plan))
+    assert wall_times(tmp_path) == {
+        "wall-total": "3 runs landed so far add up to 4 hours",
+        "wall-median": "90 minutes of wall time at the median (60-120 minutes",
+    }
+
+
+def test_the_pair_and_row_facts_quote_every_comparison_and_its_test() -> None:
+    """Any two systems, seed-paired under each final model (the per-seed Δ, their signs, mean
+    ± std with its interval and what it excludes), and each claims row's own figures: mean,
+    verdict, reading against the paper, p-values and detectable Δ."""
+    from synattn_jobs.study.facts import RowFacts, pair_facts, row_facts
+
+    scores = {"vanilla": {1: {"average": 30.0}, 2: {"average": 30.0}, 3: {"average": 30.0}},
+              "dea": {1: {"average": 31.0}, 2: {"average": 32.0}, 3: {"average": 30.0}},
+              "lpea": {1: {"average": 29.0}}}  # fmt: skip
+    known = pair_facts(scores)
+    assert known["each.dea.vanilla.average"] == "+1.00, +2.00 and +0.00"
+    assert known["signs.dea.vanilla.average"] == "2 of 3 seeds above"
+    assert known["signs.vanilla.dea.average"] == "2 of 3 seeds below"
+    assert known["diff.dea.vanilla.average"] == "+1.00 ± 1.00, CI [-1.48, +3.48]"
+    assert known["reading.dea.vanilla.average"] == "consistent with no effect"
+    assert known["signs.lpea.vanilla.average"] == "every seed below"
+    assert "diff.lpea.vanilla.average" not in known  # one paired seed: no spread, no interval
+    assert not any(".dea.dea." in name for name in known)
+
+    row = RowFacts((1.0, 2.0, 3.0, 2.0, 2.0), "inconclusive", (1.5,), 0.0123, 0.05, 0.2, "worse")
+    facts = row_facts({"dea": row}, 5)
+    assert facts["mean.dea"] == "+2.00" and facts["seeds.dea"] == "five"
+    assert facts["row.dea"] == "+2.00 ± 0.71, CI [+1.12, +2.88]"
+    assert facts["verdict.dea"] == "*inconclusive*"
+    assert facts["verdict-report.dea"] == "*worse*"
+    assert facts["reading.dea"] == "above zero; with the paper's +1.50"
+    p_values = (facts["p.dea"], facts["p-holm.dea"], facts["p-report.dea"])
+    assert p_values == ("0.012", "0.050", "0.200")
+    assert facts["mde.dea"].endswith(" BLEU") and 1.0 < float(facts["mde.dea"].split()[0]) < 5.0
+
+
+def test_the_log_facts_read_validation_gaps_gates_and_rhe_labels(tmp_path: Path) -> None:
+    """From the runs' logs: how one system's validation loss stood against another's at every
+    seed (below, above or within), the floor and swing of a system's loss, gated SLR's dev-set
+    gates and RHE's label rates."""
+    from synattn_jobs.study.facts import rhe_label_rates, slr_gates, valid_gaps, valid_spans
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def log(name: str, *records: dict[str, Any]) -> None:
+        (runs / f"{name}.metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def epochs(losses: dict[int, float]) -> list[dict[str, Any]]:
+        return [{"event": "epoch", "update": u, "valid_loss": v} for u, v in losses.items()]
+
+    log("vanilla-s1", *epochs({500: 9.0, 1000: 3.0, 2000: 2.9}))
+    log("vanilla-s2", *epochs({500: 9.0, 1000: 3.1, 2000: 3.0}))
+    log("dea-s1", *epochs({500: 1.0, 1000: 2.9, 2000: 2.7}))  # update 500: before 750
+    log("dea-s2", *epochs({500: 1.0, 1000: 3.05, 2000: 2.85}))
+    log("lpea-s1", *epochs({1000: 3.04, 2000: 2.86}))
+    gaps = valid_gaps(tmp_path)
+    assert gaps["valid-gap.dea.vanilla"] == "0.05-0.20 below"
+    assert gaps["valid-gap.vanilla.dea"] == "0.05-0.20 above"
+    assert gaps["valid-gap.lpea.vanilla"] == "within 0.04 of"
+    spans = valid_spans(tmp_path)
+    assert spans["valid-floor.vanilla"] == "2.90-3.00"
+    assert spans["valid-swing.dea"] == "2.7 and 2.9"
+
+    assert slr_gates(tmp_path) is None and rhe_label_rates(tmp_path) is None
+    log("slr-gated-s1", {"event": "gates_dev", "enc_self.0.gate.h0": 0.2,
+                         "enc_self.0.gate_std.h0": 0.9, "enc_self.0.gate.h1": 0.6})  # fmt: skip
+    log("slr-gated-s2", {"event": "gates_dev", "enc_self.0.gate.h0": 0.5})
+    assert slr_gates(tmp_path) == "0.40 and 0.50 over the two seeds (0.20-0.60 per head)"
+    log("rhe+lpea-s1", *[{"event": "variants", "enc.0.important.h0": share,
+                          "enc.0.important.h1": 0.0} for share in (0.01, 0.03)])  # fmt: skip
+    assert rhe_label_rates(tmp_path) == (
+        "across the 2 training logs of its one seed, layer-0 heads counted as "
+        "important in 1.000% of sentences on average (at most 3.00% for one head in one batch)"
+    )

@@ -31,7 +31,7 @@ from typing import Any
 
 from synattn_jobs.study import project_root
 from synattn_jobs.study.claims_file import ClaimsFile, ClaimSpec, ControlSpec, load_claims
-from synattn_jobs.study.facts import ci_text, facts, fill
+from synattn_jobs.study.facts import RowFacts, ci_text, facts, fill
 from synattn_jobs.verdict import (
     ALPHA,
     compare_seeds,
@@ -553,9 +553,16 @@ def study_facts(results: Path) -> dict[str, str]:
     """The numbers the prose quotes (``synattn_jobs.study.facts``), from the study's results."""
     main = [e for e in load(results) if e[0]["name"] == STUDY]
     rows, family = measured_rows(main)
-    diffs = [list(f["row"]["diffs"].values()) for _, f, _, _ in rows if f is not None]
+    by_row = {}
+    for c, f, sp, bp in rows:
+        if f is not None:
+            diffs = tuple(f["row"]["diffs"].values())
+            row = f["row"]
+            by_row[c.system] = RowFacts(diffs, decide(list(diffs), sp, bp).value, c.gains,
+                                        row.get("seed_p"), sp, row.get("seed_p_holm"),
+                                        row.get("verdict"))  # fmt: skip
     vs = {r["variant"]: r["vs"] for r in main[0][0]["rows"] if r.get("vs")} if main else {}
-    return facts(results, results / STUDY, diffs, family, run_scores(results / STUDY), vs)
+    return facts(results, results / STUDY, by_row, family, run_scores(results / STUDY), vs)
 
 
 def splice(text: str, section: str, begin: str = BEGIN, end: str = END) -> str:

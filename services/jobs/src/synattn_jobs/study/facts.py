@@ -11,11 +11,29 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 from synattn_jobs.verdict import ALPHA, mean_ci, min_detectable_effect, reading
 
-FACT = re.compile(r"<!-- fact:([\w.-]+) -->(.*?)<!-- /fact -->", re.S)
+FACT = re.compile(r"<!-- fact:([\w.+-]+) -->(.*?)<!-- /fact -->", re.S)
+SELECTIONS = ("average", "best_valid", "last")
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+                "ten")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RowFacts:
+    """One row of the claims table, as the prose quotes it: its per-seed Δ under its own
+    protocol, its verdict and the gains its paper reported."""
+
+    diffs: tuple[float, ...]
+    verdict: str
+    gains: tuple[float, ...]
+    seed_p: float | None = None  # the seed-paired t-test's p, unadjusted
+    seed_p_holm: float | None = None  # Holm-adjusted over the table's rows
+    report_p_holm: float | None = None  # Holm-adjusted over the report's rows (controls too)
+    report_verdict: str | None = None
 
 
 def _pm(diffs: list[float]) -> str:
@@ -109,6 +127,171 @@ def _scored(values: list[float]) -> str:
     return f"{_and([f'{v:.2f}' for v in values])} (mean {statistics.fmean(values):.2f})"
 
 
+def seeds_word(n: int) -> str:
+    """A seed count as the prose says it ("three", "five", "12")."""
+    return NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else str(n)
+
+
+def _signs(diffs: list[float]) -> str:
+    below, above = sum(d < 0 for d in diffs), sum(d > 0 for d in diffs)
+    if below == len(diffs) or above == len(diffs):
+        return f"every seed {'below' if below else 'above'}"
+    more, word = (below, "below") if below >= above else (above, "above")
+    return f"{more} of {len(diffs)} seeds {word}"
+
+
+def pair_facts(scores: dict[str, dict[int, dict[str, float]]]) -> dict[str, str]:
+    """Every seed-paired comparison the prose may quote, by system, other system and final
+    model: ``diff.A.B.SEL`` is "mean ± std, CI [low, high]" of A minus B, ``each.A.B.SEL``
+    the per-seed differences in seed order, ``signs.A.B.SEL`` which way the seeds went
+    ("every seed below", "4 of 5 seeds above") and ``reading.A.B.SEL`` whether the interval
+    excludes no effect."""
+    out: dict[str, str] = {}
+    for a in scores:
+        for b in scores:
+            for sel in SELECTIONS if a != b else ():
+                diffs = _paired(scores, a, b, sel)
+                if diffs:
+                    out[f"each.{a}.{b}.{sel}"] = _and([f"{d:+.2f}" for d in diffs])
+                    out[f"signs.{a}.{b}.{sel}"] = _signs(diffs)
+                if len(diffs) > 1:
+                    out[f"diff.{a}.{b}.{sel}"] = f"{_pm(diffs)}, CI {ci_text(diffs)}"
+                    out[f"reading.{a}.{b}.{sel}"] = reading(mean_ci(diffs))
+    return out
+
+
+def row_facts(rows: dict[str, RowFacts], family: int) -> dict[str, str]:
+    """Per claims-table row (by system): ``row.S`` its Δ and interval under its own protocol,
+    ``verdict.S``, ``reading.S`` (what the interval excludes), ``mde.S`` (its detectable Δ
+    after Holm over ``family`` rows), ``seeds.S`` (how many seeds, in words), ``mean.S`` (the
+    mean Δ), and its seed
+    test's p: ``p.S`` alone, ``p-holm.S`` over the table's rows, ``p-report.S`` (with
+    ``verdict-report.S``) over the report's, which counts the controls too."""
+    out: dict[str, str] = {}
+    for system, row in rows.items():
+        diffs = list(row.diffs)
+        out[f"seeds.{system}"] = seeds_word(len(diffs))
+        if diffs:
+            out[f"mean.{system}"] = f"{statistics.fmean(diffs):+.2f}"
+        out[f"verdict.{system}"] = f"*{row.verdict}*"
+        out[f"reading.{system}"] = reading(mean_ci(diffs), row.gains)
+        for name, p in (("p", row.seed_p), ("p-holm", row.seed_p_holm),
+                        ("p-report", row.report_p_holm)):  # fmt: skip
+            if p is not None:
+                out[f"{name}.{system}"] = f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+        if row.report_verdict is not None:
+            out[f"verdict-report.{system}"] = f"*{row.report_verdict}*"
+        if len(diffs) > 1:
+            out[f"row.{system}"] = f"{_pm(diffs)}, CI {ci_text(diffs)}"
+            mde = min_detectable_effect(statistics.stdev(diffs), len(diffs),
+                                        ALPHA / max(1, family))  # fmt: skip
+            if mde is not None:
+                out[f"mde.{system}"] = f"{mde:.1f} BLEU"
+    return out
+
+
+def _epoch_losses(path: Path) -> dict[int, float]:
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        if rec.get("event") == "epoch":
+            out[int(rec["update"])] = float(rec["valid_loss"])
+    return out
+
+
+def _epoch_logs(study: Path) -> dict[str, dict[int, dict[int, float]]]:
+    """variant -> seed -> update -> epoch-end validation loss, from every run's log."""
+    logs: dict[str, dict[int, dict[int, float]]] = {}
+    for path in sorted((study / "runs").glob("*-s*.metrics.jsonl")):
+        variant, _, seed = path.name.removesuffix(".metrics.jsonl").rpartition("-s")
+        if seed.isdigit():
+            logs.setdefault(variant, {})[int(seed)] = _epoch_losses(path)
+    return logs
+
+
+def valid_spans(study: Path, after: int = 1500) -> dict[str, str]:
+    """Per variant, ``valid-floor.V``: the range over seeds of each seed's lowest epoch-end
+    validation loss; ``valid-swing.V``: the lowest and highest value any seed logged from
+    update ``after`` on."""
+    out: dict[str, str] = {}
+    for variant, by_seed in _epoch_logs(study).items():
+        floors = [min(losses.values()) for losses in by_seed.values() if losses]
+        late = [v for losses in by_seed.values() for u, v in losses.items() if u >= after]
+        if floors:
+            out[f"valid-floor.{variant}"] = f"{min(floors):.2f}-{max(floors):.2f}"
+        if late:
+            out[f"valid-swing.{variant}"] = f"{min(late):.1f} and {max(late):.1f}"
+    return out
+
+
+def valid_gaps(study: Path, after: int = 750) -> dict[str, str]:
+    """``valid-gap.A.B``: how A's epoch-end validation loss stood against B's from update
+    ``after`` on, at every seed both logged ("0.05-0.15 below", "0.01-0.12 above" or "within
+    0.06 of"), the same batches on both sides since a seed fixes the data order."""
+    logs = _epoch_logs(study)
+    out: dict[str, str] = {}
+    for a, by_a in logs.items():
+        for b, by_b in logs.items():
+            gaps = [la[u] - by_b[s][u] for s, la in by_a.items() if s in by_b and a != b
+                    for u in la if u >= after and u in by_b[s]]  # fmt: skip
+            if not gaps:
+                continue
+            low, high = min(gaps), max(gaps)
+            if high < 0:
+                out[f"valid-gap.{a}.{b}"] = f"{-high:.2f}-{-low:.2f} below"
+            elif low > 0:
+                out[f"valid-gap.{a}.{b}"] = f"{low:.2f}-{high:.2f} above"
+            else:
+                out[f"valid-gap.{a}.{b}"] = f"within {max(-low, high):.2f} of"
+    return out
+
+
+def slr_gates(study: Path, variant: str = "slr-gated") -> str | None:
+    """Gated SLR's dev-set gates at the end of each run (its ``gates_dev`` log): the mean over
+    heads per seed, and the range over every head of every seed."""
+    means, heads = [], []
+    for path in sorted((study / "runs").glob(f"{variant}-s*.metrics.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            if rec.get("event") == "gates_dev":
+                gates = [float(v) for k, v in rec.items() if ".gate.h" in k]
+                if gates:
+                    means.append(statistics.fmean(gates))
+                    heads += gates
+    if not means:
+        return None
+    return (f"{_and([f'{m:.2f}' for m in means])} over the {seeds_word(len(means))} seeds "
+            f"({min(heads):.2f}-{max(heads):.2f} per head)")  # fmt: skip
+
+
+def rhe_label_rates(study: Path, variant: str = "rhe+lpea") -> str | None:
+    """How often RHE labelled a layer-0 head important in each seed's training logs: the
+    share of sentences, averaged over heads and logs, and its largest value for one head in
+    one logged batch."""
+    means, peaks, logs = [], [], []
+    for path in sorted((study / "runs").glob(f"{variant}-s*.metrics.jsonl")):
+        shares, top = [], 0.0
+        for line in path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            if rec.get("event") == "variants":
+                heads = [float(v) for k, v in rec.items() if ".important." in k]
+                if heads:
+                    shares.append(statistics.fmean(heads))
+                    top = max(top, *heads)
+        if shares:
+            means.append(100 * statistics.fmean(shares))
+            peaks.append(100 * top)
+            logs.append(len(shares))
+    if not means:
+        return None
+    count = f"{logs[0]}" if len(set(logs)) == 1 else f"{min(logs)}-{max(logs)}"
+    whose = f"each of its {seeds_word(len(means))} seeds" if len(means) > 1 else "its one seed"
+    return (f"across the {count} training logs of {whose}, "
+            f"layer-0 heads counted as important in {_and([f'{m:.3f}%' for m in means])} of "
+            f"sentences on average (at most {_and([f'{p:.2f}%' for p in peaks])} for one head "
+            f"in one batch)")  # fmt: skip
+
+
 def study_status(study: Path) -> str:
     """How far the study is: runs published of those planned (``run.json``), and the seeds
     each system has."""
@@ -125,6 +308,20 @@ def study_status(study: Path) -> str:
     parts = [f"{n} seed{'s' if n > 1 else ''} of {_and(sorted(names))}"
              for n, names in sorted(counts.items(), reverse=True)]  # fmt: skip
     return f"{done} of the {plan['planned']} planned runs have landed: {'; '.join(parts)}"
+
+
+def wall_times(study: Path) -> dict[str, str]:
+    """The landed runs' wall time (``run.json``'s ``wall_s``, every stretch of a handed-off
+    run counted): ``wall-total`` in hours over the runs, ``wall-median`` in minutes, with the
+    range."""
+    plan = json.loads((study / "run.json").read_text(encoding="utf-8"))
+    walls = [float(r["wall_s"]) / 60 for r in plan.get("runs") or [] if r.get("wall_s")]
+    if not walls:
+        return {}
+    return {"wall-total": f"{len(walls)} runs landed so far add up to "
+                          f"{sum(walls) / 60:.0f} hours",
+            "wall-median": f"{statistics.median(walls):.0f} minutes of wall time at the median "
+                           f"({min(walls):.0f}-{max(walls):.0f} minutes"}  # fmt: skip
 
 
 def provenance(study: Path) -> str:
@@ -144,21 +341,24 @@ def provenance(study: Path) -> str:
 def facts(
     results: Path,
     study: Path,
-    row_diffs: list[list[float]],
+    rows: dict[str, RowFacts],
     family: int,
     scores: dict[str, dict[int, dict[str, float]]],
     vs: dict[str, str],
 ) -> dict[str, str]:
     """Every fact the prose may quote, by name: from the study's folder, its claims table's
-    rows (each row's per-seed Δ, over a Holm family of ``family`` rows), every run's test
-    BLEU per final-model selection (``claims.run_scores``) and each report row's baseline."""
-    out: dict[str, str] = {}
+    rows (by system, over a Holm family of ``family`` rows), every run's test BLEU per
+    final-model selection (``claims.run_scores``) and each report row's baseline."""
+    out: dict[str, str] = {**pair_facts(scores), **row_facts(rows, family)}
     mdes = []
-    for diffs in row_diffs:
+    for diffs in (list(r.diffs) for r in rows.values()):
         spread = statistics.stdev(diffs) if len(diffs) > 1 else None
         mde = min_detectable_effect(spread, len(diffs), ALPHA / max(1, family))
         if mde is not None:
             mdes.append(mde)
+    if counts := sorted(len(r.diffs) for r in rows.values()):
+        low, high = seeds_word(counts[0]), seeds_word(counts[-1])
+        out["seed-range"] = low if low == high else f"{low} to {high}"
     if mdes:
         out["mde-range"] = f"{min(mdes):.1f} to {max(mdes):.1f} BLEU"
         out["mde-min"] = f"{min(mdes):.1f} BLEU"
@@ -173,6 +373,7 @@ def facts(
     if (study / "run.json").is_file():
         out["study-status"] = study_status(study)
         out["provenance"] = provenance(study)
+        out.update(wall_times(study))
     eos = _paired(scores, "vanilla", "8L", "average")
     if len(eos) > 1:
         out["vanilla-minus-8L"] = f"{_pm(eos)}, CI {ci_text(eos)}"
@@ -184,6 +385,11 @@ def facts(
             f"{': every seed below vanilla' if below else ''}); the interval is "
             f"{reading(mean_ci(gated), (1.12,))}"
         )
+    if (study / "runs").is_dir():
+        out.update(valid_gaps(study))
+        out.update(valid_spans(study))
+        logged = {"slr-gates": slr_gates(study), "rhe-label-rates": rhe_label_rates(study)}
+        out.update({name: fact for name, fact in logged.items() if fact is not None})
     out["headmask-importance"] = head_importance(study)
     out["delta-spreads"] = delta_spreads(scores, vs)
     losses = final_valid_losses(study, "vanilla")
