@@ -55,11 +55,3 @@ def settled(slurm: SlurmEnv, job_id: str, states: set[str], timeout: float = 90)
         time.sleep(0.5)
     job = store.get(job_id)
     raise AssertionError(f"{job_id}: {job and job.state} {job and job.error}\n{slurm.logs()}")
-
-
-def node_of(slurm: SlurmEnv, slurm_job: str) -> str:
-    import subprocess
-
-    out = subprocess.run(["squeue", "-h", "-j", slurm_job, "-o", "%N"], env=slurm.env,
-                         capture_output=True, text=True)  # fmt: skip
-    return out.stdout.strip()

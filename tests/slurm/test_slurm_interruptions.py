@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.slurm.conftest import SlurmEnv
-from tests.slurm.helpers import config, events, model, node_of, settled
+from tests.slurm.helpers import config, events, model, settled
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +90,7 @@ def test_a_node_that_dies_under_a_job_is_noticed_and_the_job_resumes_elsewhere(
 
     job_id = slurm.cli("submit", "train", str(slurm.root / "configs" / "long.yaml")).stdout.strip()
     job = slurm.wait(job_id, {"running"}, timeout=120, update=12)
-    node = slurm.squeue(job.slurm_job) and node_of(slurm, job.slurm_job)
+    node = slurm.squeue(job.slurm_job) and slurm.node(job.slurm_job)
     batch = [p for p in psutil.process_iter(["cmdline"])
              if p.info["cmdline"] and "synattn_jobs.slurm.batch" in p.info["cmdline"]
              and job_id in p.info["cmdline"]]  # fmt: skip
@@ -112,6 +112,6 @@ def test_a_node_that_dies_under_a_job_is_noticed_and_the_job_resumes_elsewhere(
     assert job.slurm_job != first and f"not on {node}" in job.error, job.error
     assert "stopped beating" in job.error
     resumed = slurm.wait(job_id, {"running"}, timeout=120, update=job.progress["update"] + 2)
-    assert node_of(slurm, resumed.slurm_job) != node
+    assert slurm.node(resumed.slurm_job) != node
     starts = [e for e in events(Path(job.out_dir)) if e["event"] == "start"]
     assert [s["resumed"] for s in starts] == [False, True] and starts[1]["update"] >= 10

@@ -31,7 +31,7 @@ from typing import Any
 
 from synattn_jobs.study import project_root
 from synattn_jobs.study.claims_file import ClaimsFile, ClaimSpec, ControlSpec, load_claims
-from synattn_jobs.study.facts import RowFacts, ci_text, facts, fill
+from synattn_jobs.study.facts import RowFacts, ci_text, facts, fill, run_records
 from synattn_jobs.verdict import (
     ALPHA,
     compare_seeds,
@@ -364,8 +364,7 @@ def run_scores(experiment: Path) -> dict[str, dict[int, dict[str, float]]]:
     """Each published run's test BLEU under every final model it made (``runs/*.json``):
     variant -> seed -> selection -> BLEU."""
     out: dict[str, dict[int, dict[str, float]]] = {}
-    for path in sorted((experiment / "runs").glob("*.json")):
-        run = json.loads(path.read_text(encoding="utf-8"))
+    for run in run_records(experiment):
         by = (run.get("result") or {}).get("by_selection") or {}
         scores = {k: float(v["bleu"]) for k, v in by.items() if v.get("bleu") is not None}
         if scores and run.get("seed") is not None:
@@ -426,8 +425,8 @@ def best_is_last(experiment: Path) -> str:
     """How often the best-validation checkpoint was simply the run's last one (validation loss
     still falling at the end of the budget), from each published run's record."""
     runs = last = 0
-    for path in sorted((experiment / "runs").glob("*.json")):
-        res = json.loads(path.read_text(encoding="utf-8")).get("result") or {}
+    for run in run_records(experiment):
+        res = run.get("result") or {}
         best = ((res.get("by_selection") or {}).get("best_valid") or {}).get("checkpoint_update")
         if best is None or res.get("max_updates") is None:
             continue

@@ -13,6 +13,7 @@ import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from synattn_jobs.verdict import ALPHA, mean_ci, min_detectable_effect, reading
 
@@ -34,6 +35,13 @@ class RowFacts:
     seed_p_holm: float | None = None  # Holm-adjusted over the table's rows
     report_p_holm: float | None = None  # Holm-adjusted over the report's rows (controls too)
     report_verdict: str | None = None
+
+
+def run_records(study: Path) -> list[dict[str, Any]]:
+    """Every published run's record (``runs/<run>.json``), in file-name order: what the claims
+    tables and the facts read a run's result, seed and variant from."""
+    return [json.loads(path.read_text(encoding="utf-8"))
+            for path in sorted((study / "runs").glob("*.json"))]  # fmt: skip
 
 
 def _pm(diffs: list[float]) -> str:
@@ -82,8 +90,7 @@ def head_importance(experiment: Path) -> str:
     and population variance of head importance on the validation set, averaged over the seeds
     that recorded them (runs trained before every run recorded them have none)."""
     got: dict[str, list[tuple[float, float]]] = {}
-    for path in sorted((experiment / "runs").glob("*.json")):
-        run = json.loads(path.read_text(encoding="utf-8"))
+    for run in run_records(experiment):
         res = run.get("result") or {}
         if "importance_mean" in res and "importance_variance" in res:
             got.setdefault(run.get("variant", ""), []).append(
@@ -297,8 +304,7 @@ def study_status(study: Path) -> str:
     each system has."""
     plan = json.loads((study / "run.json").read_text(encoding="utf-8"))
     seeds: dict[str, list[int]] = {}
-    for path in sorted((study / "runs").glob("*.json")):
-        run = json.loads(path.read_text(encoding="utf-8"))
+    for run in run_records(study):
         if (run.get("result") or {}).get("bleu") is not None and run.get("seed") is not None:
             seeds.setdefault(run["variant"], []).append(int(run["seed"]))
     done = sum(len(v) for v in seeds.values())
