@@ -161,19 +161,6 @@ def test_watch_exit_status_and_bad_config(embedded: Env) -> None:
 pytestmark = pytest.mark.integration
 
 
-def test_a_once_worker_runs_one_job_and_exits(over_redis: Env) -> None:
-    """``synattn worker --once``, the command of the Kubernetes training Jobs."""
-    first, second = _submit(over_redis), _submit(over_redis)
-    w = subprocess.Popen(
-        [str(Path(sys.executable).with_name("synattn")), "worker", "--queues", "train", "--once"],
-        env=over_redis.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    over_redis.workers.append(w)
-    assert w.wait(timeout=180) == 0
-    states = sorted(over_redis.store().get(j).state for j in (first, second))
-    assert states == ["queued", "succeeded"]
-
-
 def _synattn_worker(env: Env, *args: str) -> subprocess.Popen[bytes]:
     log = open(env.home / f"cli-worker-{len(env.workers)}.log", "ab")  # noqa: SIM115
     w = subprocess.Popen(
@@ -187,8 +174,9 @@ def _synattn_worker(env: Env, *args: str) -> subprocess.Popen[bytes]:
 def test_a_once_worker_takes_exactly_one_of_a_parse_and_a_train_job(
     over_redis: Env, m30k: dict[str, Path]
 ) -> None:
-    """Both queues, one job on each: a ``--once`` worker runs one, leaves the other queued, and
-    exits 0; the next ``--once`` worker runs the other."""
+    """``synattn worker --once``, the command of the Kubernetes Jobs, on both queues with one
+    job on each: a ``--once`` worker runs one, leaves the other queued, and exits 0; the next
+    ``--once`` worker runs the other."""
     src = over_redis.root / "once-src.en"
     src.write_text("A dog runs .\nTwo men play chess in a park .\n", encoding="utf-8")
     out = over_redis.root / "parsed" / f"once-{os.getpid()}-{time.time_ns()}"
