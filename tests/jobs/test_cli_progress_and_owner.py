@@ -3,7 +3,7 @@
 - Off a terminal, ``synattn watch`` and ``synattn experiment run --wait`` print a plain line per
   job as it moves on (state, phase, update of the budget, loss, speed, time left, BLEU) and one
   when all are done; a live table is left for terminals. A scripted "worker" moves the jobs on
-  between two polls.
+  between two polls. ``synattn study status`` words a running run the same way.
 - What the CLI submits with ``SYNATTN_TOKEN`` set belongs to that token's user and shows in
   that user's listing (the dashboard's routes); without it, to the local admin ``local``, which
   an admin token sees with every job's owner.
@@ -127,6 +127,35 @@ def test_lines_of_a_running_job_come_at_most_every_few_seconds() -> None:
     job.state = "succeeded"  # a new state prints at once
     lines.update([job], {}, now=18)
     assert said[-1].startswith("aaaaaaaaaaaa vanilla-s1: succeeded")
+
+
+def test_study_status_says_when_each_running_run_should_land(home: Path) -> None:
+    """``synattn study status`` words a running run as ``synattn watch`` does (a study's runs
+    take hours: the update alone does not say when the next lands); a finished run gives its
+    BLEU, a queued one nothing."""
+    from synattn_jobs.study.driver import study_summary
+
+    s = store()
+    exp = s.create_experiment("study-x", "vanilla", {})
+    done, running, _queued = (
+        s.create_job("train", name, {}, str(home / name), experiment_id=exp.id,
+                     variant=name.split("-")[0], seed=int(name[-1]))
+        for name in ("vanilla-s1", "vanilla-s2", "vanilla-s3")
+    )  # fmt: skip
+    for job in (done, running):
+        assert s.claim(job.id, "w", 60)
+    assert s.finish(done.id, "succeeded", result={"bleu": 37.28})
+    s.set_progress(running.id, {"phase": "train", "max_updates": 5000, "update": 1200,
+                                "loss": 3.4567, "tokens_per_s": 2998.4,
+                                "eta_s": 4321.0})  # fmt: skip
+    assert study_summary(s, "study-x") == [
+        "vanilla-s1                       succeeded  BLEU 37.28",
+        "vanilla-s2                       running    update 1,200/5,000 (24.0%), loss 3.457, "
+        "2,998 tok/s, ETA 1:12:01",
+        "vanilla-s3                       queued",
+        "study-x: 1/3 runs done (1 queued, 1 running, 1 succeeded)",
+    ]
+    assert study_summary(s, "nope") == ["nope: no such experiment in this queue"]
 
 
 def test_the_runner_records_the_training_time_left() -> None:

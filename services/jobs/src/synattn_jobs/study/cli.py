@@ -41,7 +41,8 @@ def status(
 ) -> None:
     """Each run of a study and where it stands.
 
-    Its state, the update a running or stopped run has reached, a finished run's BLEU."""
+    Its state; a finished run's BLEU; the update a running or stopped run has reached and, while
+    it trains, its loss, speed and time left."""
     from synattn_jobs.settings import JobSettings
     from synattn_jobs.store import JobStore
     from synattn_jobs.study.driver import settings_env, study_summary

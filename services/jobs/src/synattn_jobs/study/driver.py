@@ -156,19 +156,22 @@ def study_store() -> Any:
 
 def study_summary(store: Any, name: str) -> list[str]:
     """``synattn study status``: one line per run of the study ``name`` in ``store`` (its
-    state; the update a running or stopped run has reached; a finished run's BLEU), then the
-    counts."""
+    state; a finished run's BLEU; for a running or stopped run, the update it has reached and,
+    while it trains, its loss, speed and time left, as ``synattn watch`` words them: a study's
+    runs take hours, and "update 1,200/5,000" alone does not say when the next one lands),
+    then the counts."""
+    from synattn_jobs.follow import progress_parts
+
     exp = store.experiment(name)
     if exp is None:
         return [f"{name}: no such experiment in this queue"]
     jobs = sorted(store.jobs(experiment_id=exp.id), key=lambda j: (j.variant or "", j.seed or 0))
     lines = []
     for j in jobs:
-        p, r = j.progress or {}, j.result or {}
+        r = j.result or {}
         where = (
             f"BLEU {r['bleu']}" if j.state == "succeeded" and r.get("bleu") is not None
-            else f"update {p['update']}/{p.get('max_updates', '?')}" if "update" in p
-            else ""
+            else ", ".join(progress_parts(j))
         )  # fmt: skip
         lines.append(f"{j.name:<32} {j.state:<10} {where}".rstrip())
     counts: dict[str, int] = {}
