@@ -104,14 +104,20 @@ def test_the_summary_states_what_the_table_states(tmp_path: Path) -> None:
 def test_check_fails_when_either_file_is_out_of_date(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``--check`` exits 1 naming the stale files; a plain run rewrites both."""
+    """``--check`` exits 1 naming the stale files; a plain run rewrites them: both generated
+    sections, and the study's figures a paper's page quotes."""
     c = claims()
     page, readme = tmp_path / "study.md", tmp_path / "README.md"
     page.write_text(f"# study\n\n{c.BEGIN}\nold\n{c.END}\n", encoding="utf-8")
     readme.write_text(f"# x\n{c.SUMMARY_BEGIN}\n{c.SUMMARY_END}\nend\n", encoding="utf-8")
+    papers = tmp_path / "papers"
+    papers.mkdir()
+    paper = papers / "headmask.md"
+    paper.write_text("Its <!-- fact:seeds.fixed-word -->two<!-- /fact --> seeds.\n", "utf-8")
 
     def run(*extra: str) -> int:
-        argv = ["claims.py", "--readme", str(page), "--summary", str(readme), *extra]
+        argv = ["claims.py", "--readme", str(page), "--summary", str(readme),
+                "--pages", str(papers), *extra]  # fmt: skip
         monkeypatch.setattr("sys.argv", argv)
         capsys.readouterr()
         try:
@@ -121,8 +127,12 @@ def test_check_fails_when_either_file_is_out_of_date(
         return 0
 
     assert run("--check") == 1
-    assert "study.md and README.md" in capsys.readouterr().out
+    assert "study.md and README.md and headmask.md" in capsys.readouterr().out
     assert run() == 0 and run("--check") == 0
+    seeds = c.study_facts(c.REPO / "results")["seeds.fixed-word"]
+    assert paper.read_text(encoding="utf-8") == (
+        f"Its <!-- fact:seeds.fixed-word -->{seeds}<!-- /fact --> seeds.\n"
+    )
     assert readme.read_text(encoding="utf-8").endswith(f"{c.SUMMARY_END}\nend\n")
     assert "| `slr-gated` |" in readme.read_text(encoding="utf-8")
     # one file stale: only it is named

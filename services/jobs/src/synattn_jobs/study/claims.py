@@ -12,8 +12,9 @@ used here. The study's table (``STUDY``, 5,000 updates) comes first with
 its controls and final-model tables; the same study at 3,500 updates and the 600-update table of
 the previous protocol follow, labelled. README.md carries one line per paper of the study's
 table (its Δ, interval and verdict) with a link to the full tables. Nothing in either is typed by
-hand, and neither is a number the prose around them quotes between ``<!-- fact:NAME -->`` and
-``<!-- /fact -->`` (``synattn_jobs.study.facts``).
+hand, and neither is a number the prose around them, or a paper's page (``docs/papers/``),
+quotes from the study between ``<!-- fact:NAME -->`` and ``<!-- /fact -->``
+(``synattn_jobs.study.facts``): those go stale as seeds land.
 
     synattn study claims            # rewrite both generated sections
     synattn study claims --check    # exit 1 if either is out of date (a test runs this)
@@ -53,6 +54,7 @@ SUMMARY_BEGIN = (
 SUMMARY_END = "<!-- claims-summary:end -->"
 PAGE = REPO / "docs" / "study.md"  # the full tables
 SUMMARY = REPO / "README.md"  # one line per paper
+PAGES = REPO / "docs" / "papers"  # the paper pages, whose figures from the study are facts too
 
 
 PAPERS = load_claims()  # the five papers' claims, protocols and controls (claims.yaml)
@@ -610,7 +612,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                     help="the page of full tables (default: docs/study.md)")  # fmt: skip
     ap.add_argument("--summary", type=Path, default=SUMMARY,
                     help="the file with one line per paper (default: README.md)")  # fmt: skip
-    ap.add_argument("--check", action="store_true", help="fail if either is out of date")
+    ap.add_argument("--pages", type=Path, default=PAGES,
+                    help="their facts filled too (default: docs/papers)")  # fmt: skip
+    ap.add_argument("--check", action="store_true", help="fail if any is out of date")
     ap.add_argument("--claims", type=Path, default=None,
                     help="a claims file of your own (synattn_jobs/study/claims.yaml's shape):\n"
                     "print its study's claims table and controls instead of rewriting the\n"
@@ -621,13 +625,18 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         print_own(args.claims, args.results, args.out)
         return
     full = render(args.results)
-    targets = ((args.readme, full, BEGIN, END),
-               (args.summary, summary(args.results), SUMMARY_BEGIN, SUMMARY_END))  # fmt: skip
+    pages = sorted(args.pages.glob("*.md")) if args.pages.is_dir() else []
+    targets: list[tuple[Path, str | None, str, str]] = [
+        (args.readme, full, BEGIN, END),
+        (args.summary, summary(args.results), SUMMARY_BEGIN, SUMMARY_END),
+        *((page, None, "", "") for page in pages),  # facts only, no generated section
+    ]
     known = study_facts(args.results)
     stale = []
     for path, section, begin, end in targets:
         old = path.read_text(encoding="utf-8")
-        new = fill(splice(old, section, begin, end), known, path.name)
+        spliced = old if section is None else splice(old, section, begin, end)
+        new = fill(spliced, known, path.name)
         if new != old:
             stale.append(path.name)
             if not args.check:
