@@ -427,6 +427,47 @@ def test_a_held_study_starts_no_new_run_until_the_hold_is_lifted(
     assert [(q.user, q.max_queued, q.max_running) for q in store.quotas()] == [("admin", 50, None)]
 
 
+def test_late_runs_start_one_at_a_time_on_the_workers_a_hold_leaves_free(
+    tmp_path: Path, study: tuple[Any, JobStore, int]
+) -> None:
+    """``--late``: under the hold, the next late run goes to a worker that frees, alone (the
+    owner's running limit lets exactly it through, whatever slots are free), and the hold is
+    whole again once it runs; with every worker busy the next one waits for a run to end."""
+    import time
+
+    repro, store, exp_id = study
+    ids = {n: store.create_job("train", n, {}, str(tmp_path), experiment_id=exp_id,
+                               variant=n.split("-s")[0], seed=int(n[-1]), owner="admin").id
+           for n in ("vanilla-s1", "dea-s1", "vanilla-s2", "dea-s2")}  # fmt: skip
+    store.set_quota("admin", 50, None)
+    assert store.claim(ids["vanilla-s1"], "w", 60)  # one run runs; the other worker is free
+    store.register_worker("w1", "train", 3)
+    repro.hold_new_runs(exp_id, True)
+    assert store.release_next("train", 0, 60, None) == []
+
+    def step(letting: str | None, late: list[str]) -> tuple[str | None, list[str]]:
+        jobs = store.jobs(experiment_id=exp_id)
+        out: tuple[str | None, list[str]] = repro.late_runs(exp_id, jobs, letting, late, 2,
+                                                            time.time())  # fmt: skip
+        return out
+
+    assert step(None, ["dea-s2", "vanilla-s2"]) == ("dea-s2", ["vanilla-s2"])
+    assert store.release_next("train", 0, 60, None) == [ids["dea-s2"]]  # alone, of 3 slots
+    assert step("dea-s2", ["vanilla-s2"]) == ("dea-s2", ["vanilla-s2"])  # released, not taken
+    assert store.claim(ids["dea-s2"], "w1", 60)
+    assert step("dea-s2", ["vanilla-s2"]) == (None, ["vanilla-s2"])  # it runs: held again
+    assert [(q.user, q.max_running) for q in store.quotas()] == [("admin", 0)]
+    assert store.release_next("train", 0, 60, None) == []
+    assert step(None, ["vanilla-s2"]) == (None, ["vanilla-s2"])  # both workers busy
+    assert store.finish(ids["vanilla-s1"], "succeeded", {"bleu": 1.0})
+    assert step(None, ["vanilla-s2"]) == ("vanilla-s2", [])
+    assert store.release_next("train", 0, 60, None) == [ids["vanilla-s2"]]
+    with pytest.raises(SystemExit, match=r"--late: dea-s2 \(running\) not waiting"):
+        repro.let_one_start(exp_id, "dea-s2")
+    with pytest.raises(SystemExit, match="--late: only with --no-new-runs-after"):
+        repro.main(["study.yaml", "--late", "vanilla-s2"])
+
+
 def test_run_json_scores_each_run_by_its_rows_protocol(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -32,7 +32,9 @@ repository, or where git ignores it (``build/``): a hand-off holds model checkpo
 MB a run, and a checkpoint once committed stays in the git history, paid by every clone
 forever. ``--no-new-runs-after SECONDS`` keeps a worker freed near the end from starting a run
 it would only hand off minutes in: after that long no new run starts, and the driver exits
-once the running ones have ended.
+once the running ones have ended. ``--late RUN ...`` names the exceptions: runs short enough to
+finish in what is left, each started alone on the next worker that frees after the hold (two
+runs side by side rarely end together, and the core the first frees would idle for the rest).
 
     make data
     synattn study run examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
@@ -41,6 +43,9 @@ once the running ones have ended.
         --hand-off-dir ~/synattn-handoff
     synattn study run examples/experiments/study-conv5k.yaml --hand-off-after 9000 \
         --no-new-runs-after 7200 --hand-off-dir ~/synattn-handoff
+    synattn study run examples/experiments/study-conv5k.yaml --hand-off-after 9600 \
+        --no-new-runs-after 600 --first slr-gated-s6 disagreement+routing-s6 --late vanilla-s7 \
+        --hand-off-dir ~/synattn-handoff
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -584,21 +590,28 @@ def hand_off_stopped(exp_id: str, hand_off_dir: Path, meta: dict[str, Any]) -> l
     return handed
 
 
+def waiting_runs(exp_id: str, names: list[str], flag: str) -> dict[str, Any]:
+    """The experiment's runs by name, once every one of ``names`` is found waiting to train;
+    otherwise ``flag``'s refusal, with the reason."""
+    jobs = {j.name: j for j in study_store().jobs(experiment_id=exp_id)}
+    unknown = [n for n in names if n not in jobs]
+    if unknown:
+        example = next(iter(jobs), "vanilla-s1")
+        raise SystemExit(f"{flag}: no run {', '.join(unknown)} in this experiment "
+                         f"(runs are named like {example})")  # fmt: skip
+    busy = [f"{n} ({jobs[n].state})" for n in names if jobs[n].state != "queued"]
+    if busy:
+        raise SystemExit(f"{flag}: {', '.join(busy)} not waiting to train")
+    return jobs
+
+
 def put_first(exp_id: str, names: list[str]) -> None:
     """Queue the named runs of the experiment before its others, in the order given (to fit
     what a session can finish); the rest keep their order. A run that a stopped driver handed
     back (already in the broker, to resume) still comes before them. A name that is not a
     waiting run of the experiment is refused with the reason."""
     store = study_store()
-    jobs = {j.name: j for j in store.jobs(experiment_id=exp_id)}
-    unknown = [n for n in names if n not in jobs]
-    if unknown:
-        example = next(iter(jobs), "vanilla-s1")
-        raise SystemExit(f"--first: no run {', '.join(unknown)} in this experiment "
-                         f"(runs are named like {example})")  # fmt: skip
-    busy = [f"{n} ({jobs[n].state})" for n in names if jobs[n].state != "queued"]
-    if busy:
-        raise SystemExit(f"--first: {', '.join(busy)} not waiting to train")
+    jobs = waiting_runs(exp_id, names, "--first")
     store.prioritise([j.id for j in jobs.values()], 0)
     for rank, name in enumerate(names):
         store.prioritise([jobs[name].id], len(names) - rank)
@@ -613,6 +626,56 @@ def hold_new_runs(exp_id: str, hold: bool) -> None:
     for owner in {j.owner or "" for j in store.jobs(experiment_id=exp_id)}:
         queued = quotas[owner].max_queued if owner in quotas else None
         store.set_quota(owner, queued, 0 if hold else None)
+
+
+def let_one_start(exp_id: str, name: str) -> None:
+    """Under a hold, let the waiting run ``name`` alone start (``--late``): it goes first, and
+    each owner's running limit becomes the processes the owner's jobs hold now, plus the run's
+    for its owner, so no other run slips through beside it. ``hold_new_runs`` sets the hold
+    back once it runs."""
+    from synattn_jobs.store import TERMINAL
+
+    store = study_store()
+    jobs = waiting_runs(exp_id, [name], "--late")
+    job = jobs[name]
+    store.prioritise([job.id], 1 + max(int(j.priority or 0) for j in jobs.values()))
+    quotas = {q.user: q for q in store.quotas()}
+    held = [j for j in store.jobs(limit=100_000) if j.state not in TERMINAL
+            and (j.state == "running" or j.released_at)]  # fmt: skip
+    for owner in {j.owner or "" for j in store.jobs(experiment_id=exp_id)}:
+        busy = sum(int(j.processes or 1) for j in held if (j.owner or "") == owner)
+        more = int(job.processes or 1) if (job.owner or "") == owner else 0
+        queued = quotas[owner].max_queued if owner in quotas else None
+        store.set_quota(owner, queued, busy + more)
+
+
+def late_runs(
+    exp_id: str,
+    jobs: Sequence[Any],
+    letting: str | None,
+    late: list[str],
+    workers: int,
+    started: float,
+) -> tuple[str | None, list[str]]:
+    """One step of ``--late`` under the hold: once the run let through has left the queue, the
+    hold is whole again; with none let through and a worker free, the next late run still
+    waiting is let through. Returns the run being let through and the late runs left."""
+    state = {j.name: j.state for j in jobs}
+    if letting is not None:
+        if state.get(letting) == "queued":
+            return letting, late
+        hold_new_runs(exp_id, True)
+        print(f"[{time.time() - started:7.0f} s] {letting} started; no new run starts from now",
+              flush=True)  # fmt: skip
+        letting = None
+    busy = sum(1 for j in jobs if j.state == "running" or (j.state == "queued" and j.released_at))
+    late = [n for n in late if state.get(n) == "queued"]
+    if not late or busy >= workers:
+        return letting, late
+    let_one_start(exp_id, late[0])
+    print(f"[{time.time() - started:7.0f} s] a worker is free: {late[0]} may start (--late)",
+          flush=True)  # fmt: skip
+    return late[0], late[1:]
 
 
 def wait_until_ready(worker: Any, log: Path, timeout_s: float = 120.0) -> None:
@@ -704,7 +767,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         "--first", nargs="+", default=[], metavar="RUN",
         help="train these runs (e.g. fixed-word-s2) before the others, in this order",
     )  # fmt: skip
+    ap.add_argument(
+        "--late", nargs="+", default=[], metavar="RUN",
+        help="after --no-new-runs-after, still start these, one at a time, each on the next\n"
+        "worker that frees: runs short enough to end before the session does",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.late and args.no_new_runs_after is None:
+        raise SystemExit("--late: only with --no-new-runs-after (before it, every waiting run "
+                         "may start anyway)")  # fmt: skip
     hand_offs = checked_hand_off_dir(args.hand_off_dir, args.hand_off, args.hand_off_after)
     env = settings_env(args.home.resolve())
     os.environ.update(env)
@@ -742,6 +813,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     hold_new_runs(exp_id, False)  # a hold is one driver's: a stopped one's does not carry over
     if restored or args.first:
         put_first(exp_id, [*restored, *(n for n in args.first if n not in restored)])
+    still_late = [n for n in args.late if n not in restored and n not in args.first]
+    waiting_runs(exp_id, still_late, "--late")
+    letting: str | None = None  # the --late run let through, until it runs
     if args.publish_only:
         meta = republish_meta(args.grid, args.results, meta)
         info = publish(exp_id, args.results, meta, None, hand_offs)
@@ -777,7 +851,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
             if done == len(states):
                 break
             starting = any(j.state == "queued" and j.released_at for j in jobs)
-            if held and "running" not in states and not starting:
+            if held:
+                letting, still_late = late_runs(
+                    exp_id, jobs, letting, still_late, args.workers, started
+                )
+            quiet = "running" not in states and not starting and not letting and not still_late
+            if held and quiet:
                 print(f"[{time.time() - started:7.0f} s] no run is running and no new one "
                       "starts: done for this session", flush=True)  # fmt: skip
                 break
