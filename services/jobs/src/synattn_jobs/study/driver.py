@@ -61,7 +61,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -621,11 +621,22 @@ def hold_new_runs(exp_id: str, hold: bool) -> None:
     """Stop (``hold``) or let again the queue hand the experiment's waiting runs to workers:
     its owners' running limit is 0 while held. Runs already running go on; a session near its
     end thus starts no run it would only hand off minutes in. The owners' other limits stay."""
+    set_running_limits(exp_id, lambda _owner: 0 if hold else None)
+
+
+def set_running_limits(exp_id: str, limit: Callable[[str], int | None]) -> None:
+    """Each owner of the experiment's runs gets ``limit(owner)`` as running limit; their other
+    limits stay."""
     store = study_store()
     quotas = {q.user: q for q in store.quotas()}
     for owner in {j.owner or "" for j in store.jobs(experiment_id=exp_id)}:
         queued = quotas[owner].max_queued if owner in quotas else None
-        store.set_quota(owner, queued, 0 if hold else None)
+        store.set_quota(owner, queued, limit(owner))
+
+
+def holds_a_worker(job: Any) -> bool:
+    """Running, or released to a worker and not yet taken."""
+    return bool(job.state == "running" or (job.state == "queued" and job.released_at))
 
 
 def let_one_start(exp_id: str, name: str) -> None:
@@ -633,20 +644,18 @@ def let_one_start(exp_id: str, name: str) -> None:
     each owner's running limit becomes the processes the owner's jobs hold now, plus the run's
     for its owner, so no other run slips through beside it. ``hold_new_runs`` sets the hold
     back once it runs."""
-    from synattn_jobs.store import TERMINAL
-
     store = study_store()
     jobs = waiting_runs(exp_id, [name], "--late")
     job = jobs[name]
     store.prioritise([job.id], 1 + max(int(j.priority or 0) for j in jobs.values()))
-    quotas = {q.user: q for q in store.quotas()}
-    held = [j for j in store.jobs(limit=100_000) if j.state not in TERMINAL
-            and (j.state == "running" or j.released_at)]  # fmt: skip
-    for owner in {j.owner or "" for j in store.jobs(experiment_id=exp_id)}:
+    held = [j for state in ("running", "queued") for j in store.jobs(state=state, limit=100_000)
+            if holds_a_worker(j)]  # fmt: skip
+
+    def limit(owner: str) -> int:
         busy = sum(int(j.processes or 1) for j in held if (j.owner or "") == owner)
-        more = int(job.processes or 1) if (job.owner or "") == owner else 0
-        queued = quotas[owner].max_queued if owner in quotas else None
-        store.set_quota(owner, queued, busy + more)
+        return busy + (int(job.processes or 1) if (job.owner or "") == owner else 0)
+
+    set_running_limits(exp_id, limit)
 
 
 def late_runs(
@@ -668,7 +677,7 @@ def late_runs(
         print(f"[{time.time() - started:7.0f} s] {letting} started; no new run starts from now",
               flush=True)  # fmt: skip
         letting = None
-    busy = sum(1 for j in jobs if j.state == "running" or (j.state == "queued" and j.released_at))
+    busy = sum(1 for j in jobs if holds_a_worker(j))
     late = [n for n in late if state.get(n) == "queued"]
     if not late or busy >= workers:
         return letting, late
@@ -850,7 +859,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
             done = sum(s in TERMINAL for s in states)
             if done == len(states):
                 break
-            starting = any(j.state == "queued" and j.released_at for j in jobs)
+            starting = any(holds_a_worker(j) and j.state == "queued" for j in jobs)
             if held:
                 letting, still_late = late_runs(
                     exp_id, jobs, letting, still_late, args.workers, started
