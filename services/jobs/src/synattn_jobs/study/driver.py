@@ -35,6 +35,9 @@ it would only hand off minutes in: after that long no new run starts, and the dr
 once the running ones have ended. ``--late RUN ...`` names the exceptions: runs short enough to
 finish in what is left, each started alone on the next worker that frees after the hold (two
 runs side by side rarely end together, and the core the first frees would idle for the rest).
+With ``--hand-off-after``, a run whose pace shows it will still be training at the hand-off is
+named once, with the update it will have reached (``synattn_jobs.study.deadline``): machines
+differ in speed, and its worker could still take a shorter run.
 
     make data
     synattn study run examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
@@ -67,6 +70,7 @@ from typing import Any
 
 from synattn_jobs.study import handoff as study_handoff
 from synattn_jobs.study import project_root
+from synattn_jobs.study.deadline import overrunning
 
 REPO = project_root()  # the project folder: experiment files, results/, build/
 
@@ -852,6 +856,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     started = time.time()
     ended = -1
     handing_off = held = False
+    warned: set[str] = set()  # the runs said to overrun the hand-off, once each
     try:
         while True:
             jobs = store.jobs(experiment_id=exp_id)
@@ -864,6 +869,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                 letting, still_late = late_runs(
                     exp_id, jobs, letting, still_late, args.workers, started
                 )
+            if args.hand_off_after is not None:
+                for name, line in overrunning(jobs, started + args.hand_off_after, time.time()):
+                    if name not in warned:
+                        warned.add(name)
+                        print(f"[{time.time() - started:7.0f} s] {line}", flush=True)
             quiet = "running" not in states and not starting and not letting and not still_late
             if held and quiet:
                 print(f"[{time.time() - started:7.0f} s] no run is running and no new one "

@@ -1,0 +1,62 @@
+"""Which running runs cannot finish training before the session hands them off.
+
+A driver with ``--hand-off-after`` stops its workers at a fixed time; a run still training
+then is handed off, and where the hand-off does not reach the next session (a machine lent
+for one session) its hours are lost. Machines differ by up to about 1.8x in speed, so a run
+that fits on one overruns on another: the driver says so as soon as the run's own pace
+shows it, while its worker could still take a shorter run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from synattn_shared.progress import hms
+
+# the pace of a run's first minutes after a claim (loading, warm-up) is no guide to its end
+SETTLED_AFTER_S = 300.0
+
+
+def overrun_s(progress: dict[str, Any], hand_off_at: float, now: float) -> float | None:
+    """Seconds by which a training run's estimated end passes ``hand_off_at``; None when it
+    ends before, or when its progress gives no estimate. The estimate is the run's training
+    alone: the translation of the evaluation split comes after it."""
+    eta = progress.get("eta_s")
+    if progress.get("phase", "train") != "train" or eta is None:
+        return None
+    late = now + float(eta) - hand_off_at
+    return late if late > 0 else None
+
+
+def update_at(progress: dict[str, Any], hand_off_at: float, now: float) -> int | None:
+    """The update a run at its present pace reaches by ``hand_off_at``."""
+    update, most, eta = progress.get("update"), progress.get("max_updates"), progress.get("eta_s")
+    if update is None or not most or not eta:
+        return None
+    rate = (int(most) - int(update)) / float(eta)  # updates per second
+    return min(int(most), int(update) + int(rate * max(hand_off_at - now, 0.0)))
+
+
+def overrunning(jobs: Sequence[Any], hand_off_at: float, now: float) -> list[tuple[str, str]]:
+    """``(run, line)`` for each running run that will still be training at ``hand_off_at``,
+    once it has trained ``SETTLED_AFTER_S`` in this claim: the line gives its update, its
+    training's estimated time left, the time left to the hand-off and the update it will have
+    reached by then."""
+    out = []
+    for job in jobs:
+        p: dict[str, Any] = job.progress or {}
+        if job.state != "running" or now - float(job.started_at or now) < SETTLED_AFTER_S:
+            continue
+        if overrun_s(p, hand_off_at, now) is None:
+            continue
+        at = update_at(p, hand_off_at, now)
+        near = f", near update {at:,}" if at is not None else ""
+        out.append((job.name, (
+            f"{job.name} will not finish training before the hand-off: update "
+            f"{int(p.get('update') or 0):,}/{int(p.get('max_updates') or 0):,}, ETA "
+            f"{hms(float(p['eta_s']))}, the hand-off in {hms(max(hand_off_at - now, 0.0))}"
+            f"{near}; the hand-off keeps its work only where --hand-off-dir reaches the next "
+            "session"
+        )))  # fmt: skip
+    return out
