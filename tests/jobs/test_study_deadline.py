@@ -15,7 +15,7 @@ NOW = 1_800_000_000.0
 def _run(name: str, update: int, eta_s: float | None, *, state: str = "running",
          phase: str = "train", claimed_s_ago: float = 1_000.0) -> Any:  # fmt: skip
     progress = {"phase": phase, "max_updates": 5000, "update": update, "eta_s": eta_s}
-    return SimpleNamespace(name=name, state=state, progress=progress,
+    return SimpleNamespace(id=f"id-{name}", name=name, state=state, progress=progress,
                            started_at=NOW - claimed_s_ago)  # fmt: skip
 
 
@@ -33,8 +33,9 @@ def test_a_run_whose_training_ends_after_the_hand_off_is_named_with_the_update_i
     assert update_at(jobs[0].progress, hand_off_at, NOW) == 300 + int(4700 / 10_296 * 9_000)
     assert line == (
         "disagreement+routing-s6 will not finish training before the hand-off: update "
-        "300/5,000, ETA 2:51:36, the hand-off in 2:30:00, near update 4,408; the hand-off keeps "
-        "its work only where --hand-off-dir reaches the next session"
+        "300/5,000, ETA 2:51:36, the hand-off in 2:30:00, near update 4,408; a hand-off keeps "
+        "its work only where --hand-off-dir reaches the next session, and `synattn cancel "
+        "id-disagreement+routing-s6` frees its worker now (a driver started again resumes it)"
     )
     assert overrun_s(jobs[0].progress, hand_off_at, NOW) == 10_296.0 - 9_000
     assert overrun_s(jobs[1].progress, hand_off_at, NOW) is None

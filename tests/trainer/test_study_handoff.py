@@ -228,6 +228,42 @@ def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publis
     assert again["earlier_wall_s"] == ledger["earlier_wall_s"]
 
 
+def test_a_run_cancelled_to_free_its_worker_is_handed_off_and_waits_again_for_the_next_driver(
+    m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``synattn cancel`` on a study run (its worker goes to a shorter run): the run saved
+    where it stopped, a hand-off carries it to the next checkout, and a driver started again
+    on the same queue puts it back to wait, to resume, instead of leaving the plan short."""
+    from synattn_jobs.store import JobStore
+
+    repro = import_module("synattn_jobs.study.driver")
+    cfg = _config(m30k)
+    db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    monkeypatch.setenv("SYNATTN_DATABASE_URL", db)
+    store = JobStore(db)
+    exp = store.create_experiment("hof", "vanilla", {"seeds": [1]})
+    job = store.create_job("train", "dea-s1", {"resolved": cfg.model_dump(mode="json")},
+                           str(tmp_path / "runs" / "dea-s1"), experiment_id=exp.id,
+                           variant="dea", seed=1)  # fmt: skip
+    assert store.claim(job.id, "w", 60)
+    store.request_cancel(job.id)
+    stopped = Trainer(cfg, job.out_dir, progress=False).train(
+        should_stop=lambda: store.cancel_requested(job.id), stop_after_updates=3
+    )
+    assert stopped.update == 1 and stopped.stopped == "cancelled"  # at its next step
+    assert store.finish(job.id, "cancelled", {})
+    meta = {"command": "synattn study run g.yaml", "git_commit": "abc",
+            "hardware": STRETCH["hardware"]}  # fmt: skip
+    handed = repro.hand_off_stopped(exp.id, tmp_path / "handoff", meta)
+    assert len(handed) == 1 and handed[0].startswith("dea-s1@1 (")
+    assert repro.resume_cancelled(exp.id) == ["dea-s1"]
+    again = store.get(job.id)
+    assert again is not None and again.state == "queued" and not again.cancel_requested
+    store.register_worker("w1", "train", 1)
+    assert store.release_next("train", 0, 60, None) == [job.id]
+    assert repro.resume_cancelled(exp.id) == []
+
+
 def test_a_tampered_hand_off_stops_the_driver_instead_of_training_from_the_start(
     m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -377,6 +377,23 @@ class JobStore(FairShareQueries):
                 job.finished_at = time.time()
             return job
 
+    def requeue_cancelled(self, job_ids: Sequence[str]) -> list[str]:
+        """Put cancelled jobs back on the queue, to be dispatched as any waiting job; one that
+        saved its state when it stopped resumes from it. Returns the ids put back (a job in
+        another state keeps it)."""
+        requeued = []
+        for job_id in job_ids:
+            stmt = (
+                update(Job)
+                .where(Job.id == job_id, Job.state == "cancelled")
+                .values(state="queued", cancel_requested=False, worker=None, finished_at=None,
+                        released_at=None, error=None)
+            )  # fmt: skip
+            with self.session() as s:
+                if _rowcount(s.execute(stmt)) == 1:
+                    requeued.append(job_id)
+        return requeued
+
     def cancel_requested(self, job_id: str) -> bool:
         with self.session() as s:
             return bool(s.scalar(select(Job.cancel_requested).where(Job.id == job_id)))

@@ -4,7 +4,8 @@ A driver with ``--hand-off-after`` stops its workers at a fixed time; a run stil
 then is handed off, and where the hand-off does not reach the next session (a machine lent
 for one session) its hours are lost. Machines differ by up to about 1.8x in speed, so a run
 that fits on one overruns on another: the driver says so as soon as the run's own pace
-shows it, while its worker could still take a shorter run.
+shows it, while its worker could still take a shorter run (``synattn cancel`` stops the run
+where it is; a driver started again, or the next checkout's from the hand-off, resumes it).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def overrunning(jobs: Sequence[Any], hand_off_at: float, now: float) -> list[tup
             f"{job.name} will not finish training before the hand-off: update "
             f"{int(p.get('update') or 0):,}/{int(p.get('max_updates') or 0):,}, ETA "
             f"{hms(float(p['eta_s']))}, the hand-off in {hms(max(hand_off_at - now, 0.0))}"
-            f"{near}; the hand-off keeps its work only where --hand-off-dir reaches the next "
-            "session"
+            f"{near}; a hand-off keeps its work only where --hand-off-dir reaches the next "
+            f"session, and `synattn cancel {job.id}` frees its worker now (a driver started "
+            "again resumes it)"
         )))  # fmt: skip
     return out

@@ -37,7 +37,9 @@ finish in what is left, each started alone on the next worker that frees after t
 runs side by side rarely end together, and the core the first frees would idle for the rest).
 With ``--hand-off-after``, a run whose pace shows it will still be training at the hand-off is
 named once, with the update it will have reached (``synattn_jobs.study.deadline``): machines
-differ in speed, and its worker could still take a shorter run.
+differ in speed, and its worker could still take a shorter run: ``synattn cancel`` stops it
+where it is, the hand-off carries it as a stopped run, and a driver started again on the same
+queue puts a run cancelled under an earlier one back to wait.
 
     make data
     synattn study run examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
@@ -571,12 +573,14 @@ def restore_handed_off(exp_id: str, hand_off_dir: Path, now: dict[str, Any]) -> 
 
 
 def hand_off_stopped(exp_id: str, hand_off_dir: Path, meta: dict[str, Any]) -> list[str]:
-    """Hand off every queued run of the experiment that has trained (stopped by a warm worker
-    shutdown) into ``<hand_off_dir>/<name>/``, for the next checkout to resume. Returns
-    ``run@update`` for each."""
+    """Hand off every queued or cancelled run of the experiment that has trained (stopped by
+    a warm worker shutdown, or by ``synattn cancel``) into ``<hand_off_dir>/<name>/``, for the
+    next checkout to resume. Returns ``run@update`` for each."""
     store, exp, home = study_results(exp_id, hand_off_dir)
     handed = []
-    for job in store.jobs(experiment_id=exp.id, state="queued"):
+    stopped = [j for state in ("queued", "cancelled")
+               for j in store.jobs(experiment_id=exp.id, state=state)]  # fmt: skip
+    for job in stopped:
         found = study_handoff.resume_state(Path(job.out_dir))
         if found is None:
             continue
@@ -592,6 +596,15 @@ def hand_off_stopped(exp_id: str, hand_off_dir: Path, meta: dict[str, Any]) -> l
             size = sum(f["bytes"] for f in record["files"]) / 1e6
             handed.append(f"{job.name}@{record['update']} ({size:.0f} MB)")
     return handed
+
+
+def resume_cancelled(exp_id: str) -> list[str]:
+    """The study's runs cancelled under an earlier driver (``synattn cancel``, to give a
+    worker to a shorter run) wait again: the experiment file still plans them, and each
+    resumes from where it stopped. Returns their names."""
+    store = study_store()
+    cancelled = {j.id: j.name for j in store.jobs(experiment_id=exp_id, state="cancelled")}
+    return [cancelled[i] for i in store.requeue_cancelled(list(cancelled))]
 
 
 def waiting_runs(exp_id: str, names: list[str], flag: str) -> dict[str, Any]:
@@ -823,6 +836,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     )
     if restored:
         print(f"{len(restored)} runs continue from their hand-off: {', '.join(restored)}")
+    again = resume_cancelled(exp_id) if not args.publish_only else []
+    if again:
+        print(
+            f"{len(again)} runs cancelled under an earlier driver wait again: {', '.join(again)}"
+        )
     hold_new_runs(exp_id, False)  # a hold is one driver's: a stopped one's does not carry over
     if restored or args.first:
         put_first(exp_id, [*restored, *(n for n in args.first if n not in restored)])
