@@ -116,6 +116,27 @@ def test_cancel_flags(store: JobStore) -> None:
     assert store.request_cancel("missing") is None
 
 
+def test_only_cancelled_jobs_are_requeued_and_the_ids_returned_are_those_changed(
+    store: JobStore,
+) -> None:
+    """The study driver puts runs cancelled under an earlier driver back to wait: a job that
+    is queued, running or finished keeps its state, and is not named as put back."""
+    cancelled, queued, running, done = (_job(store) for _ in range(4))
+    store.request_cancel(cancelled)
+    store.claim(running, "w", 60)
+    store.claim(done, "w", 60)
+    store.finish(done, "succeeded", {}, worker="w")
+    assert {j.id for j in store.jobs(state=("queued", "cancelled"))} == {cancelled, queued}
+    assert store.requeue_cancelled([cancelled, queued, running, done, "missing"]) == [cancelled]
+    again = store.get(cancelled)
+    assert again.state == "queued" and not again.cancel_requested and again.finished_at is None
+    assert store.claim(cancelled, "w2", 60)  # dispatched as any waiting job
+    assert [store.get(j).state for j in (queued, running, done)] == [
+        "queued", "running", "succeeded"
+    ]  # fmt: skip
+    assert store.requeue_cancelled([]) == [] and store.requeue_cancelled([cancelled]) == []
+
+
 def test_tokens_are_stored_as_digests(store: JobStore) -> None:
     token = store.create_token("alice")
     assert store.check_token(token) == Principal("alice", admin=False)

@@ -194,18 +194,21 @@ class JobStore(FairShareQueries):
 
     def jobs(
         self,
-        state: str | None = None,
+        state: str | Sequence[str] | None = None,
         experiment_id: str | None = None,
         kind: str | None = None,
         limit: int = 1000,
         owner: str | None = None,
     ) -> Sequence[Job]:
-        """Jobs, oldest first; ``owner`` given: only that user's."""
+        """Jobs, oldest first; ``state`` one state or several; ``owner`` given: only that
+        user's."""
         q = select(Job).order_by(Job.created_at).limit(limit)
         if owner is not None:
             q = q.where(Job.owner == owner)
-        if state:
+        if isinstance(state, str) and state:
             q = q.where(Job.state == state)
+        elif state:
+            q = q.where(Job.state.in_(list(state)))
         if experiment_id:
             q = q.where(Job.experiment_id == experiment_id)
         if kind:
@@ -380,44 +383,37 @@ class JobStore(FairShareQueries):
     def requeue_cancelled(self, job_ids: Sequence[str]) -> list[str]:
         """Put cancelled jobs back on the queue, to be dispatched as any waiting job; one that
         saved its state when it stopped resumes from it. Returns the ids put back (a job in
-        another state keeps it)."""
-        requeued = []
-        for job_id in job_ids:
-            stmt = (
-                update(Job)
-                .where(Job.id == job_id, Job.state == "cancelled")
-                .values(state="queued", cancel_requested=False, worker=None, finished_at=None,
-                        released_at=None, error=None)
-            )  # fmt: skip
-            with self.session() as s:
-                if _rowcount(s.execute(stmt)) == 1:
-                    requeued.append(job_id)
-        return requeued
+        another state keeps it): one conditional UPDATE, whose RETURNING names exactly the
+        rows it changed."""
+        if not job_ids:
+            return []
+        stmt = (
+            update(Job)
+            .where(Job.id.in_(list(job_ids)), Job.state == "cancelled")
+            .values(state="queued", cancel_requested=False, worker=None, finished_at=None,
+                    released_at=None, error=None)
+            .returning(Job.id)
+        )  # fmt: skip
+        with self.session() as s:
+            return list(s.scalars(stmt))
 
     def cancel_requested(self, job_id: str) -> bool:
         with self.session() as s:
             return bool(s.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
 
     def requeue_stale(self, stale_after_s: float) -> list[str]:
-        """Running jobs whose heartbeat stopped (a killed worker) go back to ``queued``."""
+        """Running jobs whose heartbeat stopped (a killed worker) go back to ``queued``: one
+        conditional UPDATE, so a job whose heartbeat comes back meanwhile keeps running, and
+        RETURNING names exactly the jobs put back."""
         cutoff = time.time() - stale_after_s
+        stmt = (
+            update(Job)
+            .where(Job.state == "running", Job.heartbeat_at < cutoff)
+            .values(state="queued", worker=None, error="worker lost; requeued", released_at=None)
+            .returning(Job.id)
+        )
         with self.session() as s:
-            ids = list(
-                s.scalars(select(Job.id).where(Job.state == "running", Job.heartbeat_at < cutoff))
-            )
-        requeued = []
-        for job_id in ids:
-            stmt = (
-                update(Job)
-                .where(Job.id == job_id, Job.state == "running", Job.heartbeat_at < cutoff)
-                .values(
-                    state="queued", worker=None, error="worker lost; requeued", released_at=None
-                )
-            )
-            with self.session() as s:
-                if _rowcount(s.execute(stmt)) == 1:
-                    requeued.append(job_id)
-        return requeued
+            return list(s.scalars(stmt))
 
     def take_turn(self, task: str, every_s: float) -> bool:
         """Whether the caller should do the periodic ``task`` now: true for one caller per

@@ -578,9 +578,7 @@ def hand_off_stopped(exp_id: str, hand_off_dir: Path, meta: dict[str, Any]) -> l
     next checkout to resume. Returns ``run@update`` for each."""
     store, exp, home = study_results(exp_id, hand_off_dir)
     handed = []
-    stopped = [j for state in ("queued", "cancelled")
-               for j in store.jobs(experiment_id=exp.id, state=state)]  # fmt: skip
-    for job in stopped:
+    for job in store.jobs(experiment_id=exp.id, state=("queued", "cancelled")):
         found = study_handoff.resume_state(Path(job.out_dir))
         if found is None:
             continue
@@ -665,7 +663,7 @@ def let_one_start(exp_id: str, name: str) -> None:
     jobs = waiting_runs(exp_id, [name], "--late")
     job = jobs[name]
     store.prioritise([job.id], 1 + max(int(j.priority or 0) for j in jobs.values()))
-    held = [j for state in ("running", "queued") for j in store.jobs(state=state, limit=100_000)
+    held = [j for j in store.jobs(state=("running", "queued"), limit=100_000)
             if holds_a_worker(j)]  # fmt: skip
 
     def limit(owner: str) -> int:
@@ -888,10 +886,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                     exp_id, jobs, letting, still_late, args.workers, started
                 )
             if args.hand_off_after is not None:
-                for name, line in overrunning(jobs, started + args.hand_off_after, time.time()):
-                    if name not in warned:
-                        warned.add(name)
-                        print(f"[{time.time() - started:7.0f} s] {line}", flush=True)
+                unnamed = [j for j in jobs if j.name not in warned]
+                for name, line in overrunning(unnamed, started + args.hand_off_after, time.time()):
+                    warned.add(name)
+                    print(f"[{time.time() - started:7.0f} s] {line}", flush=True)
             quiet = "running" not in states and not starting and not letting and not still_late
             if held and quiet:
                 print(f"[{time.time() - started:7.0f} s] no run is running and no new one "
