@@ -86,3 +86,16 @@ def test_starting_the_cli_loads_no_tree_library_and_no_torch() -> None:
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def test_a_worker_and_the_settings_load_no_web_framework() -> None:
+    """A queue worker, and every command that reads the job or parser settings, needs the
+    HTTP deadlines as settings fields, not FastAPI (0.19 s of imports per process, a median of
+    15: bench/jobs/process_start.py; the tests start dozens of workers)."""
+    probe = (
+        "import sys, synattn_jobs.worker, synattn_parser.settings; "
+        "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn') if m in sys.modules))"
+    )
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

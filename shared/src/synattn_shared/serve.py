@@ -17,6 +17,21 @@ import time
 import urllib.request
 from typing import Any
 
+from pydantic import BaseModel, Field
+
+
+class ServeTimeouts(BaseModel):
+    """The HTTP deadlines served here, as settings fields (both APIs); kept out of
+    ``synattn_shared.webapi`` so that a worker or the CLI, which read the settings, never
+    imports FastAPI."""
+
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="a request's headers must arrive within this"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="a request's body must arrive within this"
+    )
+
 
 def guarded_http(header_timeout: float, body_timeout: float) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol with header and body deadlines (seconds)."""

@@ -275,14 +275,3 @@ def app_state(name: str, kind: type[T]) -> Callable[[Request], Awaitable[T]]:
 
     read.__name__ = f"app_state_{name}"
     return read
-
-
-class ServeTimeouts(BaseModel):
-    """The HTTP deadlines ``synattn_shared.serve`` enforces, as settings fields (both APIs)."""
-
-    header_timeout_s: float = Field(
-        10.0, gt=0, le=3600, description="a request's headers must arrive within this"
-    )
-    body_timeout_s: float = Field(
-        30.0, gt=0, le=3600, description="a request's body must arrive within this"
-    )

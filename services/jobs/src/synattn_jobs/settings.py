@@ -22,7 +22,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from synattn_jobs.specs import MAX_PROCESSES, SlurmMem, SlurmName, SlurmTime
-from synattn_shared.webapi import ServeTimeouts
+from synattn_shared.serve import ServeTimeouts
 
 
 class JobSettings(BaseSettings, ServeTimeouts):

@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from synattn_shared.cpus import usable_cpus
-from synattn_shared.webapi import ServeTimeouts
+from synattn_shared.serve import ServeTimeouts
 
 BackendName = Literal["spacy", "benepar", "stanza", "derived", "given"]
 ConstituencyChoice = Literal["auto", "parser", "derived"]
