@@ -79,23 +79,22 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
 def test_starting_the_cli_loads_no_tree_library_and_no_torch() -> None:
     """Every command, API server and worker starts through these imports: nltk (which pulls in
     scipy.stats, 1-2 s) and torch load only where a command builds a tree or a model."""
-    probe = (
-        "import sys; from synattn_shared.cli import _load_plugins; _load_plugins(); "
-        "print(sorted(m for m in ('nltk', 'scipy', 'torch', 'spacy') if m in sys.modules))"
-    )
-    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "[]"
+    startup = "from synattn_shared.cli import _load_plugins; _load_plugins()"
+    assert loaded_after(startup, ("nltk", "scipy", "torch", "spacy")) == "[]"
 
 
 def test_a_worker_and_the_settings_load_no_web_framework() -> None:
     """A queue worker, and every command that reads the job or parser settings, needs the
     HTTP deadlines as settings fields, not FastAPI (0.19 s of imports per process, a median of
     15: bench/jobs/process_start.py; the tests start dozens of workers)."""
-    probe = (
-        "import sys, synattn_jobs.worker, synattn_parser.settings; "
-        "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn') if m in sys.modules))"
-    )
+    startup = "import synattn_jobs.worker, synattn_parser.settings"
+    assert loaded_after(startup, ("fastapi", "starlette", "uvicorn")) == "[]"
+
+
+def loaded_after(startup: str, modules: tuple[str, ...]) -> str:
+    """Which of ``modules`` a fresh interpreter holds after running ``startup``, printed as a
+    sorted list."""
+    probe = f"import sys; {startup}; print(sorted(m for m in {modules!r} if m in sys.modules))"
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "[]"
+    return res.stdout.strip()

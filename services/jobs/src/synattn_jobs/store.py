@@ -205,10 +205,9 @@ class JobStore(FairShareQueries):
         q = select(Job).order_by(Job.created_at).limit(limit)
         if owner is not None:
             q = q.where(Job.owner == owner)
-        if isinstance(state, str) and state:
-            q = q.where(Job.state == state)
-        elif state:
-            q = q.where(Job.state.in_(list(state)))
+        states = [state] if isinstance(state, str) else list(state or ())
+        if any(states):
+            q = q.where(Job.state.in_(states))
         if experiment_id:
             q = q.where(Job.experiment_id == experiment_id)
         if kind:
