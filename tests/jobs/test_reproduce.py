@@ -502,3 +502,68 @@ def test_run_json_scores_each_run_by_its_rows_protocol(
     runs = json.loads((tmp_path / "results" / "proto" / "run.json").read_text())["runs"]
     assert {r["name"]: (r["bleu"], r["selection"]) for r in runs} == {
         "slr-gated-s1": (36.0, "best_valid"), "vanilla-s1": (37.5, "average")}  # fmt: skip
+
+
+def test_a_late_run_that_would_still_train_at_the_hand_off_is_passed_over(
+    tmp_path: Path, study: tuple[Any, JobStore, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--late`` with ``--hand-off-after``: a named run too long for the time left does not
+    start (its hours would be lost with a hand-off that dies with the machine); the next named
+    one that fits takes the free worker, and the one passed over stays queued for later."""
+    import time
+
+    repro, store, exp_id = study
+    ids = {n: store.create_job("train", n, {}, str(tmp_path), experiment_id=exp_id,
+                               variant=n.split("-s")[0], seed=int(n[-1]), owner="admin").id
+           for n in ("vanilla-s1", "dea-s2", "vanilla-s2")}  # fmt: skip
+    store.set_quota("admin", 50, None)
+    store.register_worker("w1", "train", 2)
+    repro.hold_new_runs(exp_id, True)
+    why = {"dea-s2": "needs about 2:00:00 at this machine's pace (1.00x the published runs'), "
+                     "the hand-off is in 1:00:00"}  # fmt: skip
+    jobs = store.jobs(experiment_id=exp_id)
+    step = repro.late_runs(exp_id, jobs, None, ["dea-s2", "vanilla-s2"], 2, time.time(),
+                           why.get)  # fmt: skip
+    assert step == ("vanilla-s2", [])
+    assert store.release_next("train", 0, 60, None) == [ids["vanilla-s2"]]
+    assert [j.state for j in store.jobs(experiment_id=exp_id) if j.name == "dea-s2"] == ["queued"]
+    assert f"dea-s2 does not start (--late): {why['dea-s2']}; it waits" in capsys.readouterr().out
+    # none fits: none starts, and none is left to wait for
+    jobs = store.jobs(experiment_id=exp_id)
+    assert repro.late_runs(exp_id, jobs, None, ["dea-s2"], 3, time.time(), why.get) == (None, [])
+
+
+def test_the_late_check_reads_the_published_runs_and_this_machines_pace(
+    tmp_path: Path, study: tuple[Any, JobStore, int]
+) -> None:
+    """``late_fit`` over the queue and ``run.json``: a run of a variant whose published length
+    at the pace of the runs training here passes the hand-off is named; a short one is not."""
+    import json
+    import time
+
+    from synattn_jobs.store_tables import Job as JobRow
+
+    repro, store, exp_id = study
+    name = store.experiment(exp_id).name
+    out = tmp_path / "results" / name
+    out.mkdir(parents=True)
+    runs = [{"name": "vanilla-s1", "variant": "vanilla", "state": "succeeded", "wall_s": 4_000.0,
+             "tokens_per_s": 4_000.0},
+            {"name": "dea-s1", "variant": "dea", "state": "succeeded", "wall_s": 8_000.0,
+             "tokens_per_s": 2_000.0},
+            {"name": "dea-s3", "variant": "dea", "state": "failed"}]  # fmt: skip
+    (out / "run.json").write_text(json.dumps({"runs": runs}), encoding="utf-8")
+    ids = {n: store.create_job("train", n, {}, str(tmp_path), experiment_id=exp_id,
+                               variant=n.split("-s")[0], seed=int(n[-1]), owner="admin").id
+           for n in ("vanilla-s2", "dea-s2", "vanilla-s3")}  # fmt: skip
+    assert store.claim(ids["vanilla-s2"], "w", 60)
+    store.set_progress(ids["vanilla-s2"], {"tokens_per_s": 2_000.0})  # half the published pace
+    now = time.time()
+    with store.session() as s:  # claimed ten minutes ago: its pace has settled
+        row = s.get(JobRow, ids["vanilla-s2"])
+        assert row is not None
+        row.started_at = now - 600
+    why = repro.late_fit(store, exp_id, tmp_path / "results", now - 700, now + 10_000)
+    assert why("vanilla-s3") is None  # 4,000 s at half speed: 8,000 s, fits in 10,000
+    reason = why("dea-s2")  # 8,000 s at half speed: 16,000 s
+    assert reason is not None and reason.startswith("needs about 4:26:") and "0.50x" in reason

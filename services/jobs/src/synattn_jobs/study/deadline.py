@@ -10,7 +10,8 @@ where it is; a driver started again, or the next checkout's from the hand-off, r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from synattn_shared.progress import hms
@@ -37,6 +38,69 @@ def update_at(progress: dict[str, Any], hand_off_at: float, now: float) -> int |
         return None
     rate = (int(most) - int(update)) / float(eta)  # updates per second
     return min(int(most), int(update) + int(rate * max(hand_off_at - now, 0.0)))
+
+
+def pace_here(samples: Sequence[tuple[str, float]], published: Sequence[Mapping[str, Any]],
+              variant: str | None = None) -> float | None:  # fmt: skip
+    """How many times faster than the published runs this machine trains: the median, over
+    ``(variant, target tokens per second)`` measured here, of each rate over its variant's
+    median published rate; for ``variant``, its own samples alone when it has any (variants
+    gain unequally from a faster machine). None when no sample's variant has a published
+    rate."""
+    own = [(v, rate) for v, rate in samples if v == variant]
+    ratios = []
+    for measured, rate in own or samples:
+        ref = _rates(measured, published)
+        if ref and rate > 0:
+            ratios.append(rate / statistics.median(ref))
+    return statistics.median(ratios) if ratios else None
+
+
+def expected_wall_s(variant: str, published: Sequence[Mapping[str, Any]],
+                    pace: float) -> float | None:  # fmt: skip
+    """The wall time a run of ``variant`` should take here, translation included: the
+    published runs' median work (wall time times target tokens per second, the same for every
+    run of a variant on any machine) over the variant's median published rate times
+    ``pace``. None when the variant has no published run."""
+    runs = [r for r in published if r.get("variant") == variant
+            and r.get("wall_s") and r.get("tokens_per_s")]  # fmt: skip
+    if not runs or pace <= 0:
+        return None
+    work = statistics.median(float(r["wall_s"]) * float(r["tokens_per_s"]) for r in runs)
+    return work / (statistics.median(_rates(variant, runs)) * pace)
+
+
+def too_long(variant: str, published: Sequence[Mapping[str, Any]], pace: float | None,
+             left_s: float) -> str | None:  # fmt: skip
+    """Why a run of ``variant`` started now would still be running at the hand-off,
+    ``left_s`` seconds away; None when it should end before, or when nothing here or in the
+    published runs tells its length (the run was named to start, so it starts)."""
+    need = None if pace is None else expected_wall_s(variant, published, pace)
+    if need is None or need <= left_s:
+        return None
+    return (f"needs about {hms(need)} at this machine's pace ({pace:.2f}x the published "
+            f"runs'), the hand-off is in {hms(max(left_s, 0.0))}")  # fmt: skip
+
+
+def pace_samples(jobs: Sequence[Any], since: float, now: float) -> list[tuple[str, float]]:
+    """``(variant, target tokens per second)`` of the runs that measure this machine: each
+    running run once it has trained ``SETTLED_AFTER_S`` in its claim, and each run finished
+    since ``since`` (this driver's start)."""
+    out = []
+    for job in jobs:
+        rate = None
+        if job.state == "running" and now - float(job.started_at or now) >= SETTLED_AFTER_S:
+            rate = (job.progress or {}).get("tokens_per_s")
+        elif job.state == "succeeded" and float(job.finished_at or 0.0) >= since:
+            rate = (job.result or {}).get("tokens_per_s")
+        if job.variant and rate:
+            out.append((str(job.variant), float(rate)))
+    return out
+
+
+def _rates(variant: str, published: Sequence[Mapping[str, Any]]) -> list[float]:
+    return [float(r["tokens_per_s"]) for r in published
+            if r.get("variant") == variant and r.get("tokens_per_s")]  # fmt: skip
 
 
 def overrunning(jobs: Sequence[Any], hand_off_at: float, now: float) -> list[tuple[str, str]]:

@@ -35,6 +35,10 @@ it would only hand off minutes in: after that long no new run starts, and the dr
 once the running ones have ended. ``--late RUN ...`` names the exceptions: runs short enough to
 finish in what is left, each started alone on the next worker that frees after the hold (two
 runs side by side rarely end together, and the core the first frees would idle for the rest).
+With ``--hand-off-after``, a late run that would still be training at the hand-off is passed
+over, with a line that says why: its variant's published runs give its length (wall time
+times target tokens per second), and the runs training here give this machine's pace against
+theirs.
 With ``--hand-off-after``, a run whose pace shows it will still be training at the hand-off is
 named once, with the update it will have reached (``synattn_jobs.study.deadline``): machines
 differ in speed, and its worker could still take a shorter run: ``synattn cancel`` stops it
@@ -72,7 +76,7 @@ from typing import Any
 
 from synattn_jobs.study import handoff as study_handoff
 from synattn_jobs.study import project_root
-from synattn_jobs.study.deadline import overrunning
+from synattn_jobs.study.deadline import overrunning, pace_here, pace_samples, too_long
 
 REPO = project_root()  # the project folder: experiment files, results/, build/
 
@@ -680,10 +684,14 @@ def late_runs(
     late: list[str],
     workers: int,
     started: float,
+    too_long_for: Callable[[str], str | None] | None = None,
 ) -> tuple[str | None, list[str]]:
     """One step of ``--late`` under the hold: once the run let through has left the queue, the
     hold is whole again; with none let through and a worker free, the next late run still
-    waiting is let through. Returns the run being let through and the late runs left."""
+    waiting is let through. A late run for which ``too_long_for`` gives a reason (it would
+    still train at the hand-off, and its hours would be lost with a hand-off that does not
+    reach the next machine) is passed over, once and for good: the time left only shrinks.
+    Returns the run being let through and the late runs left."""
     state = {j.name: j.state for j in jobs}
     if letting is not None:
         if state.get(letting) == "queued":
@@ -696,10 +704,43 @@ def late_runs(
     late = [n for n in late if state.get(n) == "queued"]
     if not late or busy >= workers:
         return letting, late
+    while late and (why := (too_long_for(late[0]) if too_long_for else None)):
+        print(f"[{time.time() - started:7.0f} s] {late[0]} does not start (--late): {why}; "
+              "it waits for a later session", flush=True)  # fmt: skip
+        late = late[1:]
+    if not late:
+        return letting, late
     let_one_start(exp_id, late[0])
     print(f"[{time.time() - started:7.0f} s] a worker is free: {late[0]} may start (--late)",
           flush=True)  # fmt: skip
     return late[0], late[1:]
+
+
+def late_fit(store: Any, exp_id: str, results: Path, started: float,
+             hand_off_at: float) -> Callable[[str], str | None]:  # fmt: skip
+    """``--late``'s check under ``--hand-off-after``: for a waiting run, why it would still be
+    running at ``hand_off_at`` (its variant's published length at this machine's pace,
+    ``synattn_jobs.study.deadline``), or None."""
+
+    def why(name: str) -> str | None:
+        now = time.time()
+        jobs = store.jobs(experiment_id=exp_id)
+        variant = next((j.variant for j in jobs if j.name == name), None)
+        published = published_runs(results / store.experiment(exp_id).name)
+        pace = pace_here(pace_samples(jobs, started, now), published, variant)
+        return too_long(str(variant or ""), published, pace, hand_off_at - now)
+
+    return why
+
+
+def published_runs(out: Path) -> list[dict[str, Any]]:
+    """The finished runs ``run.json`` lists (variant, wall time, target tokens per second);
+    none before the first publication."""
+    try:
+        plan = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    return [r for r in plan.get("runs") or [] if r.get("state") == "succeeded"]
 
 
 def wait_until_ready(worker: Any, log: Path, timeout_s: float = 120.0) -> None:
@@ -794,7 +835,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap.add_argument(
         "--late", nargs="+", default=[], metavar="RUN",
         help="after --no-new-runs-after, still start these, one at a time, each on the next\n"
-        "worker that frees: runs short enough to end before the session does",
+        "worker that frees: runs short enough to end before the session does (with\n"
+        "--hand-off-after, one that would still train at the hand-off, by its variant's\n"
+        "published length at this machine's pace, is passed over)",
     )  # fmt: skip
     args = ap.parse_args(argv)
     if args.late and args.no_new_runs_after is None:
@@ -873,6 +916,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ended = -1
     handing_off = held = False
     warned: set[str] = set()  # the runs said to overrun the hand-off, once each
+    fits = (
+        None
+        if args.hand_off_after is None
+        else late_fit(store, exp_id, args.results, started, started + args.hand_off_after)
+    )
     try:
         while True:
             jobs = store.jobs(experiment_id=exp_id)
@@ -883,7 +931,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
             starting = any(holds_a_worker(j) and j.state == "queued" for j in jobs)
             if held:
                 letting, still_late = late_runs(
-                    exp_id, jobs, letting, still_late, args.workers, started
+                    exp_id, jobs, letting, still_late, args.workers, started, fits
                 )
             if args.hand_off_after is not None:
                 unnamed = [j for j in jobs if j.name not in warned]
