@@ -567,3 +567,16 @@ def test_the_late_check_reads_the_published_runs_and_this_machines_pace(
     assert why("vanilla-s3") is None  # 4,000 s at half speed: 8,000 s, fits in 10,000
     reason = why("dea-s2")  # 8,000 s at half speed: 16,000 s
     assert reason is not None and reason.startswith("needs about 4:26:") and "0.50x" in reason
+    # the driver's own choice: the check under --hand-off-after, none where a late run may
+    # overrun (its hand-off reaches the next session) or nothing is handed off
+    import argparse
+
+    def check(**kw: Any) -> Any:
+        args = argparse.Namespace(**{"hand_off_after": 10_700.0, "late_may_overrun": False,
+                                     "results": tmp_path / "results", **kw})  # fmt: skip
+        return repro.late_check(args, store, exp_id, now - 700)
+
+    assert (check()("dea-s2") or "").startswith("needs about 4:26:")
+    assert check(late_may_overrun=True) is None and check(hand_off_after=None) is None
+    with pytest.raises(SystemExit, match="--late-may-overrun: only with --late"):
+        repro.main(["study.yaml", "--late-may-overrun"])

@@ -38,7 +38,8 @@ runs side by side rarely end together, and the core the first frees would idle f
 With ``--hand-off-after``, a late run that would still be training at the hand-off is passed
 over, with a line that says why: its variant's published runs give its length (wall time
 times target tokens per second), and the runs training here give this machine's pace against
-theirs.
+theirs (``--late-may-overrun`` starts them anyway, where the hand-off reaches the next
+session).
 With ``--hand-off-after``, a run whose pace shows it will still be training at the hand-off is
 named once, with the update it will have reached (``synattn_jobs.study.deadline``): machines
 differ in speed, and its worker could still take a shorter run: ``synattn cancel`` stops it
@@ -733,6 +734,15 @@ def late_fit(store: Any, exp_id: str, results: Path, started: float,
     return why
 
 
+def late_check(args: argparse.Namespace, store: Any, exp_id: str,
+               started: float) -> Callable[[str], str | None] | None:  # fmt: skip
+    """``late_fit`` where the driver hands off and a late run must end before it; None (every
+    late run may start) without ``--hand-off-after`` or with ``--late-may-overrun``."""
+    if args.hand_off_after is None or args.late_may_overrun:
+        return None
+    return late_fit(store, exp_id, args.results, started, started + args.hand_off_after)
+
+
 def published_runs(out: Path) -> list[dict[str, Any]]:
     """The finished runs ``run.json`` lists (variant, wall time, target tokens per second);
     none before the first publication."""
@@ -839,7 +849,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         "--hand-off-after, one that would still train at the hand-off, by its variant's\n"
         "published length at this machine's pace, is passed over)",
     )  # fmt: skip
+    ap.add_argument(
+        "--late-may-overrun", action="store_true",
+        help="start --late runs even where they would still train at the hand-off (its\n"
+        "--hand-off-dir reaches the next session, which resumes them)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.late_may_overrun and not args.late:
+        raise SystemExit("--late-may-overrun: only with --late")
     if args.late and args.no_new_runs_after is None:
         raise SystemExit("--late: only with --no-new-runs-after (before it, every waiting run "
                          "may start anyway)")  # fmt: skip
@@ -916,11 +933,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ended = -1
     handing_off = held = False
     warned: set[str] = set()  # the runs said to overrun the hand-off, once each
-    fits = (
-        None
-        if args.hand_off_after is None
-        else late_fit(store, exp_id, args.results, started, started + args.hand_off_after)
-    )
+    fits = late_check(args, store, exp_id, started)
     try:
         while True:
             jobs = store.jobs(experiment_id=exp_id)
