@@ -19,7 +19,10 @@ def test_cancel_and_scancel_keep_a_resume_point_and_a_resubmission_resumes(
     (SIGTERM to its batch step); the same job submitted with ``--out`` resumes from it; a
     plain ``scancel`` from Slurm's side cancels it too, and the next resubmission finishes
     the run."""
-    cfg = str(config(slurm, "slurm-cancel", max_updates=200, checkpoint_every_updates=50,
+    # 600 updates: the tiny model trains about 50 a second, and on a loaded machine a
+    # cancel took 4 s to land (the first leg stopped at update 192 of 200, and the second
+    # finished before its scancel arrived)
+    cfg = str(config(slurm, "slurm-cancel", max_updates=600, checkpoint_every_updates=50,
                       average_last=1, average_window=0.2))  # fmt: skip
     first = slurm.cli("submit", "train", cfg, "--name", "cancelled").stdout.strip()
     job = slurm.wait(first, {"running"}, timeout=120, update=3)
@@ -29,6 +32,7 @@ def test_cancel_and_scancel_keep_a_resume_point_and_a_resubmission_resumes(
     assert job.state == "cancelled", job.error
     assert (run / "checkpoints" / "resume.pt").is_file()
     stopped = [e["update"] for e in events(run) if e["event"] == "end"]
+    assert stopped[0] < 500, f"the cancel landed at update {stopped[0]}: no room left to scancel"
 
     again = slurm.cli("submit", "train", cfg, "--out", str(run)).stdout.strip()
     job = slurm.wait(again, {"running"}, timeout=120, update=stopped[0] + 2)
@@ -43,7 +47,7 @@ def test_cancel_and_scancel_keep_a_resume_point_and_a_resubmission_resumes(
     assert job.state == "succeeded", job.error
     starts = [e for e in events(run) if e["event"] == "start"]
     assert [s["resumed"] for s in starts] == [False, True, True]
-    assert starts[1]["update"] == stopped[0] and job.result["update"] == 200
+    assert starts[1]["update"] == stopped[0] and job.result["update"] == 600
 
 
 def test_a_requeued_job_resumes_to_the_parameters_of_an_uninterrupted_run(
