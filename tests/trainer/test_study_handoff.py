@@ -195,6 +195,7 @@ def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publis
     record = json.loads((hand_offs / "hof" / "vanilla-s1.json").read_text())
     assert (hand_offs / "hof" / "vanilla-s1" / "checkpoints__resume.pt").is_file()
     assert record["segments"][0]["wall_s"] >= 0 and record["segments"][0]["to_update"] == 7
+    assert record["segments"][0]["queue"] == exp_id
 
     store2, exp2, jobs2 = queue(tmp_path / "home2")
     now = {**STRETCH["hardware"], "kernel_env": {}}
@@ -213,8 +214,8 @@ def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publis
                    "ref": str(run2 / "ref.test.txt")})  # fmt: skip
     repro.publish(exp2, results, meta, {"workers": 1, "threads": 1}, hand_offs)
     ledger = json.loads((results / "hof" / "runs" / "vanilla-s1.json").read_text())
-    assert ledger["segments"] == record["segments"]
-    assert ledger["earlier_wall_s"] == record["segments"][0]["wall_s"]
+    assert ledger["segments"] == record["segments"] and ledger["queue"] == exp2
+    assert ledger["earlier_wall_s"] == record["segments"][0]["wall_s"]  # another queue's stretch
     listed = {r["name"]: r for r in json.loads((results / "hof" / "run.json").read_text())["runs"]}
     finished = store2.get(jobs2["vanilla-s1"].id)
     assert finished is not None and finished.finished_at and finished.started_at
@@ -226,6 +227,64 @@ def test_the_driver_hands_off_stopped_runs_and_the_next_queue_resumes_and_publis
     again = repro.write_ledger(finished, results / "hof", {"workers": 1, "threads": 1}, None, None)
     assert again["segments"] == record["segments"]
     assert again["earlier_wall_s"] == ledger["earlier_wall_s"]
+
+
+def test_a_hand_off_resumed_on_its_own_queue_counts_its_first_stretch_once(
+    m30k: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver started again on the same queue (the same machine, a session's second
+    driver) resumes the handed-off run in the queue it was claimed in: that queue's earlier
+    claim already holds the first stretch, so the published wall is the run's claims alone,
+    not the first stretch twice (rhe+lpea-s4 was published at 8,315 s for about 4,668)."""
+    from synattn_jobs.store import JobStore
+
+    repro = import_module("synattn_jobs.study.driver")
+    cfg = _config(m30k)
+    db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    monkeypatch.setenv("SYNATTN_DATABASE_URL", db)
+    store = JobStore(db)
+    exp = store.create_experiment("hof", "vanilla", {"seeds": [1]})
+    job = store.create_job("train", "vanilla-s1", {"resolved": cfg.model_dump(mode="json")},
+                           str(tmp_path / "runs" / "vanilla-s1"), experiment_id=exp.id,
+                           variant="vanilla", seed=1)  # fmt: skip
+    assert store.claim(job.id, "w", 60)
+    Trainer(cfg, job.out_dir, progress=False).train(stop_after_updates=7)
+    store.release(job.id, "w", "worker shut down; requeued")
+    meta = {"command": "synattn study run g.yaml", "git_commit": "abc",
+            "hardware": STRETCH["hardware"]}  # fmt: skip
+    hand_offs = tmp_path / "handoff"
+    assert repro.hand_off_stopped(exp.id, hand_offs, meta)[0].startswith("vanilla-s1@7 (")
+    first = json.loads((hand_offs / "hof" / "vanilla-s1.json").read_text())["segments"]
+    assert [g["queue"] for g in first] == [exp.id]
+    # the second driver, same queue: its run directory is newer than nothing, so no restore
+    assert repro.restore_handed_off(exp.id, hand_offs, {**STRETCH["hardware"]}) == []
+    assert store.claim(job.id, "w2", 60)
+    run = Path(job.out_dir)
+    assert Trainer(cfg, run, progress=False).train().update == 14
+    (run / "hyp.test.txt").write_text("ein hund\n")
+    (run / "ref.test.txt").write_text("ein hund\n")
+    store.finish(job.id, "succeeded",
+                 {"bleu": 20.0, "chrf": 50.0, "split": "test", "update": 14,
+                  "hyp": str(run / "hyp.test.txt"), "ref": str(run / "ref.test.txt")})  # fmt: skip
+    results = tmp_path / "results"
+    repro.publish(exp.id, results, meta, {"workers": 1, "threads": 1}, hand_offs)
+    ledger = json.loads((results / "hof" / "runs" / "vanilla-s1.json").read_text())
+    assert ledger["segments"] == first and ledger["queue"] == exp.id
+    assert ledger["earlier_wall_s"] == 0.0
+    finished = store.get(job.id)
+    assert finished is not None and finished.earlier_claims_s  # the first claim, once
+    listed = json.loads((results / "hof" / "run.json").read_text())["runs"][0]
+    assert listed["wall_s"] == round(repro.claimed_s(finished, finished.finished_at), 1)
+
+
+def test_only_the_stretches_of_other_queues_add_to_a_finished_runs_claims() -> None:
+    hof = import_module("synattn_jobs.study.handoff")
+    segments = [{"wall_s": 100.0, "queue": "a"}, {"wall_s": 40.0, "queue": "b"},
+                {"wall_s": 7.5}]  # fmt: skip
+    assert hof.handed_off_wall_s(segments, "b") == 107.5  # a's, and one without its queue
+    assert hof.handed_off_wall_s(segments, "c") == 147.5
+    assert hof.handed_off_wall_s(segments, None) == 147.5  # finishing queue unknown: all
+    assert hof.handed_off_wall_s([], "a") == 0.0
 
 
 def test_a_run_cancelled_to_free_its_worker_is_handed_off_and_waits_again_for_the_next_driver(

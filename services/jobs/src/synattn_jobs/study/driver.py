@@ -498,10 +498,16 @@ def write_ledger(
     history = None if hand_offs is None else study_handoff.load_record(hand_offs, job.name)
     if history is None:  # the same finish published again keeps its stretches
         history = same or None
+    # the queue whose claims (started_at to finished_at, earlier_claims_s) the record holds: the
+    # same finish published again from another queue (adopted there) keeps the first one's
+    queue = same.get("queue") if same else job.experiment_id
+    if queue:
+        record["queue"] = queue
     if history and history.get("segments") and history.get("spec_digest") == record["spec_digest"]:
-        # trained over several checkouts: the stretches before the last one, and their time
+        # trained over several checkouts: the stretches before the last one, and the time of
+        # those not already in the claims
         record["segments"] = history["segments"]
-        record["earlier_wall_s"] = round(sum(float(g["wall_s"]) for g in history["segments"]), 1)
+        record["earlier_wall_s"] = study_handoff.handed_off_wall_s(history["segments"], queue)
     atomic_write_text(runs / f"{job.name}.json", json.dumps(record, indent=1) + "\n")
     if hand_offs is not None:  # published: its hand-off is no longer needed
         study_handoff.forget(hand_offs, job.name)
@@ -591,7 +597,7 @@ def hand_off_stopped(exp_id: str, hand_off_dir: Path, meta: dict[str, Any]) -> l
         # claimed in this queue, restored and not trained, keeps its hand-off as it was)
         wall = claimed_s(job, found[0].stat().st_mtime) or 0.0
         stretch = study_handoff.stretch(wall, meta["command"], meta["git_commit"],
-                                        meta["hardware"])  # fmt: skip
+                                        meta["hardware"], exp.id)  # fmt: skip
         record = study_handoff.hand_off(job.name, Path(job.out_dir), home,
                                         spec_digest(job.spec), job.spec["resolved"],
                                         stretch)  # fmt: skip

@@ -19,7 +19,8 @@ or not, and every clone pays for it forever (the hand-offs committed under ``res
 made a clone transfer 863 MiB). To carry a hand-off to another machine, copy ``DIR`` there.
 
 Each hand-off records the stretch of training it ends (``segments``: updates, wall time,
-command, commit, hardware), so the published run states where and how long it trained.
+command, commit, hardware, and the queue it trained in), so the published run states where and
+how long it trained.
 """
 
 from __future__ import annotations
@@ -226,10 +227,23 @@ def forget(home: Path, run: str) -> None:
 
 
 def stretch(
-    wall_s: float, command: str, git_commit: str, hardware: dict[str, Any],
+    wall_s: float, command: str, git_commit: str, hardware: dict[str, Any], queue: str,
     env: Mapping[str, str] = os.environ,
 ) -> dict[str, Any]:  # fmt: skip
-    """One stretch of training as a hand-off records it."""
+    """One stretch of training as a hand-off records it. ``queue``: the experiment id of the
+    queue it trained in, whose claims already count its wall time if the run finishes there
+    (``handed_off_wall_s``)."""
     return {"wall_s": round(wall_s, 1), "ended_at": round(time.time(), 1), "command": command,
-            "git_commit": git_commit, "hardware": hardware,
+            "git_commit": git_commit, "hardware": hardware, "queue": queue,
             "kernel_env": kernel_env(env)}  # fmt: skip
+
+
+def handed_off_wall_s(segments: list[dict[str, Any]], queue: str | None) -> float:
+    """The wall time of a finished run's stretches that its claims in ``queue``, the queue it
+    finished in, do not already count: those trained in other queues (other checkouts). A
+    driver started again on the same queue resumes a handed-off run in that queue, whose
+    earlier claim then holds the first stretch too; counted again, the run's wall would be
+    that stretch too long. A stretch recorded without its queue (before it was recorded), or a
+    run whose finishing queue is not known, counts as from another queue, the usual case."""
+    return round(sum(float(g["wall_s"]) for g in segments
+                     if queue is None or g.get("queue") != queue), 1)  # fmt: skip
