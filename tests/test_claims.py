@@ -485,7 +485,7 @@ def test_the_baseline_status_and_provenance_facts(tmp_path: Path) -> None:
     """The baselines' BLEU per seed, what averaging gains over the last checkpoint, how far
     the study is (runs landed of those planned, seeds per system) and under which commits
     its runs trained, each from a small study folder."""
-    from synattn_jobs.study.facts import facts, provenance, study_status
+    from synattn_jobs.study.facts import facts, provenance, study_plan, study_status
 
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -500,11 +500,13 @@ def test_the_baseline_status_and_provenance_facts(tmp_path: Path) -> None:
     plan = {"planned": 8, "provenance": {"commits": commits,
             "not_recorded": {"runs": ["dea-s1"], "updates": 1000},
             "runs": {"vanilla-s1": [], "vanilla-s2": [], "dea-s1": []}}}  # fmt: skip
+    assert study_plan(tmp_path) is None  # before the first publication
     (tmp_path / "run.json").write_text(json.dumps(plan))
-    assert study_status(tmp_path) == (
+    assert study_plan(tmp_path) == plan
+    assert study_status(tmp_path, plan) == (
         "3 of the 8 planned runs have landed: 2 seeds of `vanilla`; 1 seed of `dea`"
     )
-    assert provenance(tmp_path) == (
+    assert provenance(plan) == (
         "3 runs trained under 2 commits, 1 of them dirty, which hold 2,000 of the 3,000 "
         "updates trained; the other 1,000"
     )
@@ -518,9 +520,13 @@ def test_the_baseline_status_and_provenance_facts(tmp_path: Path) -> None:
     assert "wall-total" not in known  # no run's wall time recorded
     from synattn_jobs.study.facts import wall_times
 
-    plan["runs"] = [{"wall_s": 3600.0}, {"wall_s": 7200.0}, {"wall_s": 5400.0}, {"wall_s": None}]
-    (tmp_path / "run.json").write_text(json.dumps(plan))
-    assert wall_times(tmp_path) == {
+    plan["runs"] = [{"state": "succeeded", "wall_s": 3600.0},
+                    {"state": "succeeded", "wall_s": 7200.0},
+                    {"state": "succeeded", "wall_s": 5400.0},
+                    {"state": "succeeded", "wall_s": None},
+                    {"state": "cancelled", "wall_s": 757.7},  # stopped to free its worker
+                    {"state": "running", "wall_s": None}]  # fmt: skip
+    assert wall_times(plan) == {
         "wall-total": "3 runs landed so far add up to 4 hours",
         "wall-median": "90 minutes of wall time at the median (60-120 minutes",
     }

@@ -752,10 +752,9 @@ def late_check(args: argparse.Namespace, store: Any, exp_id: str,
 def published_runs(out: Path) -> list[dict[str, Any]]:
     """The finished runs ``run.json`` lists (variant, wall time, target tokens per second);
     none before the first publication."""
-    try:
-        plan = json.loads((out / "run.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return []
+    from synattn_jobs.study.facts import study_plan
+
+    plan = study_plan(out) or {}
     return [r for r in plan.get("runs") or [] if r.get("state") == "succeeded"]
 
 

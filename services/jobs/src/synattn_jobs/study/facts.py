@@ -44,6 +44,17 @@ def run_records(study: Path) -> list[dict[str, Any]]:
             for path in sorted((study / "runs").glob("*.json"))]  # fmt: skip
 
 
+def study_plan(study: Path) -> dict[str, Any] | None:
+    """The study folder's ``run.json`` (the plan, each run's state and wall time, the
+    provenance), read once for every fact and estimate that quotes it; None before the first
+    publication."""
+    try:
+        plan: dict[str, Any] = json.loads((study / "run.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    return plan
+
+
 def _pm(diffs: list[float]) -> str:
     return f"{statistics.fmean(diffs):+.2f} ± {statistics.stdev(diffs):.2f}"
 
@@ -299,10 +310,9 @@ def rhe_label_rates(study: Path, variant: str = "rhe+lpea") -> str | None:
             f"in one batch)")  # fmt: skip
 
 
-def study_status(study: Path) -> str:
-    """How far the study is: runs published of those planned (``run.json``), and the seeds
-    each system has."""
-    plan = json.loads((study / "run.json").read_text(encoding="utf-8"))
+def study_status(study: Path, plan: dict[str, Any]) -> str:
+    """How far the study is: runs published of those planned (``plan``, its ``run.json``), and
+    the seeds each system has."""
     seeds: dict[str, list[int]] = {}
     for run in run_records(study):
         if (run.get("result") or {}).get("bleu") is not None and run.get("seed") is not None:
@@ -316,12 +326,12 @@ def study_status(study: Path) -> str:
     return f"{done} of the {plan['planned']} planned runs have landed: {'; '.join(parts)}"
 
 
-def wall_times(study: Path) -> dict[str, str]:
+def wall_times(plan: dict[str, Any]) -> dict[str, str]:
     """The landed runs' wall time (``run.json``'s ``wall_s``, every stretch of a handed-off
-    run counted): ``wall-total`` in hours over the runs, ``wall-median`` in minutes, with the
-    range."""
-    plan = json.loads((study / "run.json").read_text(encoding="utf-8"))
-    walls = [float(r["wall_s"]) / 60 for r in plan.get("runs") or [] if r.get("wall_s")]
+    run counted once; a run cancelled or still training has not landed): ``wall-total`` in
+    hours over the runs, ``wall-median`` in minutes, with the range."""
+    walls = [float(r["wall_s"]) / 60 for r in plan.get("runs") or []
+             if r.get("wall_s") and r.get("state") == "succeeded"]  # fmt: skip
     if not walls:
         return {}
     return {"wall-total": f"{len(walls)} runs landed so far add up to "
@@ -330,10 +340,9 @@ def wall_times(study: Path) -> dict[str, str]:
                            f"({min(walls):.0f}-{max(walls):.0f} minutes"}  # fmt: skip
 
 
-def provenance(study: Path) -> str:
+def provenance(plan: dict[str, Any]) -> str:
     """Under which commits the study's runs trained (``run.json``'s ``provenance``): how many
     runs, commits and dirty commits, and the updates recorded under them of all trained."""
-    plan = json.loads((study / "run.json").read_text(encoding="utf-8"))
     prov = plan.get("provenance") or {}
     commits = prov.get("commits") or []
     recorded = sum(int(c["updates"]) for c in commits)
@@ -376,10 +385,10 @@ def facts(
         gains = [a - b for a, b in zip(averaged, last, strict=True)]
         out["vanilla-last-bleu"] = _and([f"{v:.2f}" for v in last])
         out["vanilla-averaging-gain"] = f"{min(gains):.1f}-{max(gains):.1f}"
-    if (study / "run.json").is_file():
-        out["study-status"] = study_status(study)
-        out["provenance"] = provenance(study)
-        out.update(wall_times(study))
+    if (plan := study_plan(study)) is not None:
+        out["study-status"] = study_status(study, plan)
+        out["provenance"] = provenance(plan)
+        out.update(wall_times(plan))
     eos = _paired(scores, "vanilla", "8L", "average")
     if len(eos) > 1:
         out["vanilla-minus-8L"] = f"{_pm(eos)}, CI {ci_text(eos)}"
