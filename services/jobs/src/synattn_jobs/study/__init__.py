@@ -6,6 +6,7 @@ published as a results folder with claims tables, intervals, verdicts and proven
   ``results/<name>/`` as runs finish (``report.json``, ``report.html``, translations,
   ``run.json`` with provenance);
 - ``handoff``: what an unfinished run needs to go on exactly on the next checkout;
+- ``commit``: ``--commit-results``, each run committed as it lands;
 - ``curve``: ``synattn study curve``, the learning curve that fixes a study's budget;
 - ``claims`` and ``facts``: ``synattn study claims``, each paper's claim beside what was
   measured, and the numbers the study's prose quotes.

@@ -624,30 +624,41 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     if args.claims is not None:
         print_own(args.claims, args.results, args.out)
         return
-    full = render(args.results)
-    pages = sorted(args.pages.glob("*.md")) if args.pages.is_dir() else []
+    full, stale = regenerate(args.results, args.readme, args.summary, args.pages, args.check)
+    if args.check:
+        if stale:
+            print(f"{' and '.join(p.name for p in stale)}: the claims differ from results/: "
+                  "run synattn study claims")  # fmt: skip
+            sys.exit(1)
+        return
+    print(full)
+
+
+def regenerate(
+    results: Path, readme: Path = PAGE, summary_file: Path = SUMMARY, pages: Path = PAGES,
+    check: bool = False,
+) -> tuple[str, list[Path]]:  # fmt: skip
+    """The full tables rendered from ``results``, and the files whose generated sections or
+    facts differ from them (``readme``: the full tables' page, ``summary_file``: the one line
+    per paper, ``pages``: the paper pages' facts), each rewritten unless ``check``."""
+    full = render(results)
+    papers = sorted(pages.glob("*.md")) if pages.is_dir() else []
     targets: list[tuple[Path, str | None, str, str]] = [
-        (args.readme, full, BEGIN, END),
-        (args.summary, summary(args.results), SUMMARY_BEGIN, SUMMARY_END),
-        *((page, None, "", "") for page in pages),  # facts only, no generated section
+        (readme, full, BEGIN, END),
+        (summary_file, summary(results), SUMMARY_BEGIN, SUMMARY_END),
+        *((page, None, "", "") for page in papers),  # facts only, no generated section
     ]
-    known = study_facts(args.results)
+    known = study_facts(results)
     stale = []
     for path, section, begin, end in targets:
         old = path.read_text(encoding="utf-8")
         spliced = old if section is None else splice(old, section, begin, end)
         new = fill(spliced, known, path.name)
         if new != old:
-            stale.append(path.name)
-            if not args.check:
+            stale.append(path)
+            if not check:
                 atomic_write_text(path, new)
-    if args.check:
-        if stale:
-            print(f"{' and '.join(stale)}: the claims differ from results/: "
-                  "run synattn study claims")  # fmt: skip
-            sys.exit(1)
-        return
-    print(full)
+    return full, stale
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ named once, with the update it will have reached (``synattn_jobs.study.deadline`
 differ in speed, and its worker could still take a shorter run: ``synattn cancel`` stops it
 where it is, the hand-off carries it as a stopped run, and a driver started again on the same
 queue puts a run cancelled under an earlier one back to wait.
+A session can also be cut off before its finished runs are committed: ``--commit-results``
+commits each run as it lands (``synattn_jobs.study.commit``).
 
     make data
     synattn study run examples/experiments/headline-tiny8.yaml --workers 2 --threads 1
@@ -75,6 +77,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from synattn_jobs.study import commit as study_commit
 from synattn_jobs.study import handoff as study_handoff
 from synattn_jobs.study import project_root
 from synattn_jobs.study.deadline import overrunning, pace_here, pace_samples, too_long
@@ -797,6 +800,35 @@ def checked_hand_off_dir(given: Path | None, hand_off: bool, after: float | None
     return study_handoff.checked_dir(given, REPO)
 
 
+def landed_runs(info: dict[str, Any]) -> set[str]:
+    """The runs of ``info`` (``publish``'s) that have landed."""
+    return {r["name"] for r in info["runs"] if r["state"] == "succeeded"}
+
+
+def commit_landed(results: Path, info: dict[str, Any], committed: set[str]) -> set[str]:
+    """``--commit-results``: commit the runs of ``info`` (``publish``'s) that landed since the
+    ``committed`` ones, with the study's folder and, for synattn's own ``results/``, the claims
+    pages regenerated from it. Returns the runs now committed (unchanged when the commit
+    failed: the next landing tries again)."""
+    landed = [r for r in info["runs"] if r["name"] in landed_runs(info) - committed]
+    if not landed:
+        return committed
+    paths = [results / info["experiment"]]
+    from synattn_jobs.study import claims
+
+    own = claims.REPO.resolve() == REPO.resolve() and claims.PAGE.is_file()
+    if own and results.resolve() == (REPO / "results").resolve():
+        try:
+            paths += claims.regenerate(results)[1]
+        except Exception as exc:  # the study goes on; its folder is committed without them
+            print(f"claims not regenerated ({type(exc).__name__}: {exc}): run synattn study "
+                  "claims by hand", flush=True)  # fmt: skip
+    message = study_commit.landed_message(landed, info["finished"], info["planned"])
+    ok, line = study_commit.commit_paths(REPO, paths, message)
+    print(f"--commit-results: {line}", flush=True)
+    return committed | landed_runs(info) if ok else committed
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -859,7 +891,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         help="start --late runs even where they would still train at the hand-off (its\n"
         "--hand-off-dir reaches the next session, which resumes them)",
     )  # fmt: skip
+    ap.add_argument(
+        "--commit-results", action="store_true",
+        help="commit each run as it lands: results/<name>/ and, for this repository's\n"
+        "results/, the pages synattn study claims regenerates from it; those paths alone,\n"
+        "no file over 2 MB (synattn_jobs.study.commit): a session cut off mid-study keeps\n"
+        "every run it finished",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.commit_results and (why := study_commit.problem(REPO, args.results)):
+        raise SystemExit(f"--commit-results: {why}")
     if args.late_may_overrun and not args.late:
         raise SystemExit("--late-may-overrun: only with --late")
     if args.late and args.no_new_runs_after is None:
@@ -938,6 +979,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ended = -1
     handing_off = held = False
     warned: set[str] = set()  # the runs said to overrun the hand-off, once each
+    committed: set[str] | None = None  # --commit-results: the runs landed and committed
     fits = late_check(args, store, exp_id, started)
     try:
         while True:
@@ -966,6 +1008,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                 info = publish(exp_id, args.results, meta, trained_with, hand_offs)
                 print(f"[{time.time() - started:7.0f} s] {info['finished']}/{info['planned']} "
                       "runs done", flush=True)  # fmt: skip
+                if args.commit_results:  # at the first publication: what landed before
+                    committed = (landed_runs(info) if committed is None
+                                 else commit_landed(args.results, info, committed))  # fmt: skip
             if any(w.poll() is not None for w in workers):
                 raise SystemExit("a worker exited; see " + str(logs))
             if args.hand_off_after is not None and time.time() - started >= args.hand_off_after:
@@ -990,6 +1035,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         handed = hand_off_stopped(exp_id, hand_offs, meta)
         print(f"handed off: {', '.join(handed) or 'nothing'}", flush=True)
     info = publish(exp_id, args.results, meta, trained_with, hand_offs)
+    if args.commit_results and committed is not None:  # a run that ended as the workers stopped
+        commit_landed(args.results, info, committed)
     where = args.results / info["experiment"]
     print(f"{info['finished']}/{info['planned']} runs published to {where}")
 
