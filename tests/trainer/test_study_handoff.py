@@ -34,6 +34,23 @@ def _config(m30k: dict[str, Path]) -> Any:
     )  # fmt: skip
 
 
+def _one_run_queue(
+    cfg: Any, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, Any, Any]:
+    """A study queue (the store the driver reads, through ``SYNATTN_DATABASE_URL``) holding
+    one run, ``name`` (``variant-sN``), of ``cfg``: the store, its experiment and the job."""
+    from synattn_jobs.store import JobStore
+
+    db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    monkeypatch.setenv("SYNATTN_DATABASE_URL", db)
+    store = JobStore(db)
+    exp = store.create_experiment("hof", "vanilla", {"seeds": [1]})
+    job = store.create_job("train", name, {"resolved": cfg.model_dump(mode="json")},
+                           str(tmp_path / "runs" / name), experiment_id=exp.id,
+                           variant=name.split("-")[0], seed=1)  # fmt: skip
+    return store, exp, job
+
+
 def _weights(path: Path) -> dict[str, torch.Tensor]:
     return dict(torch.load(path, map_location="cpu", weights_only=False)["model"])
 
@@ -236,17 +253,9 @@ def test_a_hand_off_resumed_on_its_own_queue_counts_its_first_stretch_once(
     driver) resumes the handed-off run in the queue it was claimed in: that queue's earlier
     claim already holds the first stretch, so the published wall is the run's claims alone,
     not the first stretch twice (rhe+lpea-s4 was published at 8,315 s for about 4,668)."""
-    from synattn_jobs.store import JobStore
-
     repro = import_module("synattn_jobs.study.driver")
     cfg = _config(m30k)
-    db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
-    monkeypatch.setenv("SYNATTN_DATABASE_URL", db)
-    store = JobStore(db)
-    exp = store.create_experiment("hof", "vanilla", {"seeds": [1]})
-    job = store.create_job("train", "vanilla-s1", {"resolved": cfg.model_dump(mode="json")},
-                           str(tmp_path / "runs" / "vanilla-s1"), experiment_id=exp.id,
-                           variant="vanilla", seed=1)  # fmt: skip
+    store, exp, job = _one_run_queue(cfg, "vanilla-s1", tmp_path, monkeypatch)
     assert store.claim(job.id, "w", 60)
     Trainer(cfg, job.out_dir, progress=False).train(stop_after_updates=7)
     store.release(job.id, "w", "worker shut down; requeued")
@@ -293,17 +302,9 @@ def test_a_run_cancelled_to_free_its_worker_is_handed_off_and_waits_again_for_th
     """``synattn cancel`` on a study run (its worker goes to a shorter run): the run saved
     where it stopped, a hand-off carries it to the next checkout, and a driver started again
     on the same queue puts it back to wait, to resume, instead of leaving the plan short."""
-    from synattn_jobs.store import JobStore
-
     repro = import_module("synattn_jobs.study.driver")
     cfg = _config(m30k)
-    db = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
-    monkeypatch.setenv("SYNATTN_DATABASE_URL", db)
-    store = JobStore(db)
-    exp = store.create_experiment("hof", "vanilla", {"seeds": [1]})
-    job = store.create_job("train", "dea-s1", {"resolved": cfg.model_dump(mode="json")},
-                           str(tmp_path / "runs" / "dea-s1"), experiment_id=exp.id,
-                           variant="dea", seed=1)  # fmt: skip
+    store, exp, job = _one_run_queue(cfg, "dea-s1", tmp_path, monkeypatch)
     assert store.claim(job.id, "w", 60)
     store.request_cancel(job.id)
     stopped = Trainer(cfg, job.out_dir, progress=False).train(
