@@ -567,7 +567,13 @@ def test_the_log_facts_read_validation_gaps_gates_and_rhe_labels(tmp_path: Path)
     """From the runs' logs: how one system's validation loss stood against another's at every
     seed (below, above or within), the floor and swing of a system's loss, gated SLR's dev-set
     gates and RHE's label rates."""
-    from synattn_jobs.study.facts import rhe_label_rates, slr_gates, valid_gaps, valid_spans
+    from synattn_jobs.study.facts import (
+        rhe_label_phases,
+        rhe_label_rates,
+        slr_gates,
+        valid_gaps,
+        valid_spans,
+    )
 
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -601,4 +607,13 @@ def test_the_log_facts_read_validation_gaps_gates_and_rhe_labels(tmp_path: Path)
     assert rhe_label_rates(tmp_path) == (
         "across the 2 training logs of its one seed, layer-0 heads counted as "
         "important in 1.000% of sentences on average (at most 3.00% for one head in one batch)"
+    )
+    assert rhe_label_phases(tmp_path) is None  # no prose-reading run
+    labels = {1: 0.9, 500: 0.6, 1000: 0.3, 1100: 0.02, 2000: 0.0}
+    log("rhe+lpea-prose-s1", {"event": "epoch", "update": 500, "valid_loss": 4.0},
+        *[{"event": "variants", "update": u, "enc.0.important.h0": share,
+           "enc.0.important.h1": share} for u, share in labels.items()])  # fmt: skip
+    assert rhe_label_phases(tmp_path) == (
+        "60% of (sentence, head) pairs up to update 1,000 and 1.00% after it (at least half of "
+        "them last at update 500; one seed)"
     )

@@ -310,6 +310,38 @@ def rhe_label_rates(study: Path, variant: str = "rhe+lpea") -> str | None:
             f"in one batch)")  # fmt: skip
 
 
+def rhe_label_phases(
+    study: Path, variant: str = "rhe+lpea-prose", split: int = 1000
+) -> str | None:  # fmt: skip
+    """When RHE labelled layer-0 heads important in each seed's training logs: the share of
+    (sentence, head) pairs up to update ``split`` and after it, and the last logged update at
+    which at least half were. The prose reading labels most heads early and almost none once
+    they grow confident, so one average over the run would hide both."""
+    seeds = []
+    for path in sorted((study / "runs").glob(f"{variant}-s*.metrics.jsonl")):
+        early: list[float] = []
+        late: list[float] = []
+        last_half: int | None = None
+        for line in path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            heads = [float(v) for k, v in rec.items() if ".important." in k]
+            if rec.get("event") != "variants" or not heads:
+                continue
+            share = statistics.fmean(heads)
+            (early if int(rec["update"]) <= split else late).append(share)
+            if share >= 0.5:
+                last_half = int(rec["update"])
+        if early and late:
+            seeds.append((100 * statistics.fmean(early), 100 * statistics.fmean(late), last_half))
+    if not seeds:
+        return None
+    halves = [f"{u:,}" if u is not None else "none" for _, _, u in seeds]
+    whose = "one seed" if len(seeds) == 1 else f"{seeds_word(len(seeds))} seeds"
+    return (f"{_and([f'{e:.0f}%' for e, _, _ in seeds])} of (sentence, head) pairs up to update "
+            f"{split:,} and {_and([f'{lt:.2f}%' for _, lt, _ in seeds])} after it (at least "
+            f"half of them last at update {_and(halves)}; {whose})")  # fmt: skip
+
+
 def study_status(study: Path, plan: dict[str, Any]) -> str:
     """How far the study is: runs published of those planned (``plan``, its ``run.json``), and
     the seeds each system has."""
@@ -403,7 +435,9 @@ def facts(
     if (study / "runs").is_dir():
         out.update(valid_gaps(study))
         out.update(valid_spans(study))
-        logged = {"slr-gates": slr_gates(study), "rhe-label-rates": rhe_label_rates(study)}
+        logged = {"slr-gates": slr_gates(study), "rhe-label-rates": rhe_label_rates(study),
+                  "rhe-prose-label-rates": rhe_label_rates(study, "rhe+lpea-prose"),
+                  "rhe-prose-label-phases": rhe_label_phases(study)}  # fmt: skip
         out.update({name: fact for name, fact in logged.items() if fact is not None})
     out["headmask-importance"] = head_importance(study)
     out["delta-spreads"] = delta_spreads(scores, vs)
