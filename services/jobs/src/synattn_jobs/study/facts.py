@@ -436,7 +436,6 @@ def facts(
         out.update(valid_gaps(study))
         out.update(valid_spans(study))
         logged = {"slr-gates": slr_gates(study), "rhe-label-rates": rhe_label_rates(study),
-                  "rhe-prose-label-rates": rhe_label_rates(study, "rhe+lpea-prose"),
                   "rhe-prose-label-phases": rhe_label_phases(study)}  # fmt: skip
         out.update({name: fact for name, fact in logged.items() if fact is not None})
     out["headmask-importance"] = head_importance(study)
