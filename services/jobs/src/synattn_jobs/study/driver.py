@@ -810,7 +810,8 @@ def commit_landed(results: Path, info: dict[str, Any], committed: set[str]) -> s
     ``committed`` ones, with the study's folder and, for synattn's own ``results/``, the claims
     pages regenerated from it. Returns the runs now committed (unchanged when the commit
     failed: the next landing tries again)."""
-    landed = [r for r in info["runs"] if r["name"] in landed_runs(info) - committed]
+    new = landed_runs(info) - committed
+    landed = [r for r in info["runs"] if r["name"] in new]
     if not landed:
         return committed
     paths = [results / info["experiment"]]
