@@ -282,20 +282,31 @@ def slr_gates(study: Path, variant: str = "slr-gated") -> str | None:
             f"({min(heads):.2f}-{max(heads):.2f} per head)")  # fmt: skip
 
 
+def label_logs(study: Path, variant: str) -> list[list[tuple[int | None, list[float]]]]:
+    """Each seed's RHE labels as its training log recorded them (``runs/<variant>-s*``, in
+    file order): per logged batch, its update (None where not recorded) and the share of
+    sentences that labelled each layer-0 head important."""
+    seeds = []
+    for path in sorted((study / "runs").glob(f"{variant}-s*.metrics.jsonl")):
+        logged = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            heads = [float(v) for k, v in rec.items() if ".important." in k]
+            if rec.get("event") == "variants" and heads:
+                update = rec.get("update")
+                logged.append((None if update is None else int(update), heads))
+        seeds.append(logged)
+    return seeds
+
+
 def rhe_label_rates(study: Path, variant: str = "rhe+lpea") -> str | None:
     """How often RHE labelled a layer-0 head important in each seed's training logs: the
     share of sentences, averaged over heads and logs, and its largest value for one head in
     one logged batch."""
     means, peaks, logs = [], [], []
-    for path in sorted((study / "runs").glob(f"{variant}-s*.metrics.jsonl")):
-        shares, top = [], 0.0
-        for line in path.read_text(encoding="utf-8").splitlines():
-            rec = json.loads(line)
-            if rec.get("event") == "variants":
-                heads = [float(v) for k, v in rec.items() if ".important." in k]
-                if heads:
-                    shares.append(statistics.fmean(heads))
-                    top = max(top, *heads)
+    for logged in label_logs(study, variant):
+        shares = [statistics.fmean(heads) for _, heads in logged]
+        top = max((max(heads) for _, heads in logged), default=0.0)
         if shares:
             means.append(100 * statistics.fmean(shares))
             peaks.append(100 * top)
@@ -318,19 +329,11 @@ def rhe_label_phases(
     which at least half were. The prose reading labels most heads early and almost none once
     they grow confident, so one average over the run would hide both."""
     seeds = []
-    for path in sorted((study / "runs").glob(f"{variant}-s*.metrics.jsonl")):
-        early: list[float] = []
-        late: list[float] = []
-        last_half: int | None = None
-        for line in path.read_text(encoding="utf-8").splitlines():
-            rec = json.loads(line)
-            heads = [float(v) for k, v in rec.items() if ".important." in k]
-            if rec.get("event") != "variants" or not heads:
-                continue
-            share = statistics.fmean(heads)
-            (early if int(rec["update"]) <= split else late).append(share)
-            if share >= 0.5:
-                last_half = int(rec["update"])
+    for logged in label_logs(study, variant):
+        timed = [(u, statistics.fmean(heads)) for u, heads in logged if u is not None]
+        early = [share for u, share in timed if u <= split]
+        late = [share for u, share in timed if u > split]
+        last_half = max((u for u, share in timed if share >= 0.5), default=None)
         if early and late:
             seeds.append((100 * statistics.fmean(early), 100 * statistics.fmean(late), last_half))
     if not seeds:
