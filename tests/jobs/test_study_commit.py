@@ -35,7 +35,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def committed_files(repo: Path) -> set[str]:
-    return set(git(repo, "show", "--name-only", "--format=", "HEAD").split())
+    return set(git(repo, "show", "--no-renames", "--name-only", "--format=", "HEAD").split())
 
 
 def test_only_the_named_paths_are_committed_new_files_too_and_again_is_nothing(
@@ -55,16 +55,58 @@ def test_only_the_named_paths_are_committed_new_files_too_and_again_is_nothing(
     assert git(repo, "log", "-1", "--format=%s") == "Study: a-s1 landed\n"
 
 
-def test_a_file_over_two_megabytes_stops_the_commit_and_is_unstaged(repo: Path) -> None:
+def test_a_file_over_two_megabytes_is_left_out_and_named_and_the_rest_committed(
+    repo: Path,
+) -> None:
     study = repo / "results" / "s"
     study.mkdir(parents=True)
     (study / "run.json").write_text("{}\n")
     (study / "model.pt").write_bytes(b"\0" * (study_commit.MAX_BYTES + 1))
+    ok, line = study_commit.commit_paths(repo, [study], "Study: x")
+    assert ok and line.startswith("committed ") and "1 file(s)" in line
+    assert "left out results/s/model.pt: over 2 MB" in line
+    assert committed_files(repo) == {"results/s/run.json"}
+    assert git(repo, "diff", "--cached", "--name-only") == "notes.txt\n"  # nor model.pt
+
+
+def test_a_landing_of_only_oversized_files_commits_nothing(repo: Path) -> None:
+    study = repo / "results" / "s"
+    study.mkdir(parents=True)
+    (study / "model.pt").write_bytes(b"\0" * (study_commit.MAX_BYTES + 1))
     head = git(repo, "rev-parse", "HEAD")
     ok, line = study_commit.commit_paths(repo, [study], "Study: x")
-    assert not ok and "results/s/model.pt over 2 MB" in line
+    assert not ok and line.startswith("not committed; left out results/s/model.pt: over 2 MB")
     assert git(repo, "rev-parse", "HEAD") == head
     assert git(repo, "diff", "--cached", "--name-only") == "notes.txt\n"
+
+
+def test_a_committed_file_grown_over_two_megabytes_stops_the_commit(repo: Path) -> None:
+    study = repo / "results" / "s"
+    study.mkdir(parents=True)
+    (study / "log.txt").write_text("small\n")
+    git(repo, "add", "results")
+    git(repo, "commit", "-q", "-m", "log", "--", "results")
+    (study / "log.txt").write_bytes(b"\0" * (study_commit.MAX_BYTES + 1))
+    (study / "run.json").write_text("{}\n")
+    head = git(repo, "rev-parse", "HEAD")
+    ok, line = study_commit.commit_paths(repo, [study], "Study: x")
+    assert not ok and "results/s/log.txt: over 2 MB" in line and "by hand" in line
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert git(repo, "diff", "--cached", "--name-only") == "notes.txt\n"
+
+
+def test_a_deleted_file_and_a_name_with_glob_characters_are_committed(repo: Path) -> None:
+    study = repo / "results" / "s"
+    study.mkdir(parents=True)
+    (study / "old.json").write_text("{}\n")
+    git(repo, "add", "results")
+    git(repo, "commit", "-q", "-m", "old", "--", "results")
+    (study / "old.json").unlink()
+    (study / "rhe+lpea-[s1]*.json").write_text("{}\n")
+    ok, line = study_commit.commit_paths(repo, [study], "Study: y")
+    assert ok and line.endswith("2 file(s)")
+    assert committed_files(repo) == {"results/s/old.json", "results/s/rhe+lpea-[s1]*.json"}
+    assert git(repo, "status", "--short", "--", "results") == ""
 
 
 def test_a_failing_commit_is_said_not_raised(repo: Path) -> None:

@@ -7,7 +7,8 @@ folder and, in synattn's own repository, the pages ``synattn study claims`` fill
 (``docs/study.md``, ``README.md``, ``docs/papers/``), regenerated first. It commits only those
 paths (whatever else is staged stays staged and uncommitted), never a file over
 ``MAX_BYTES`` (a file once committed is paid by every clone forever; a checkpoint never lies
-under ``results/``, and this is the guard should one ever be written there), and a commit
+under ``results/``, and this is the guard should one ever be written there: that file is left
+out and named, the rest of the landing committed), and a commit
 that fails (a lock held by another git command, a hook that refuses) is said and tried again
 at the next landing: the study goes on either way.
 """
@@ -23,7 +24,10 @@ MAX_BYTES = 2_000_000  # the repository's limit for one committed file
 
 
 def git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    """``git`` in ``repo``; paths are taken literally (a run's name may hold any character)."""
+    return subprocess.run(
+        ["git", "--literal-pathspecs", *args], cwd=repo, capture_output=True, text=True
+    )
 
 
 def work_tree(repo: Path) -> Path | None:
@@ -58,8 +62,8 @@ def landed_message(landed: Sequence[dict[str, Any]], finished: int, planned: int
 def commit_paths(repo: Path, paths: Sequence[Path], message: str) -> tuple[bool, str]:
     """Commit ``paths`` (files or folders, new files included) alone, with ``message``.
     Returns whether the paths now stand committed (False: try again later) and what happened,
-    in one line. Nothing else staged is taken, and a file over ``MAX_BYTES`` stops the commit
-    (its paths unstaged again)."""
+    in one line. Nothing else staged is taken, and a file over ``MAX_BYTES`` is left out
+    (unstaged again, and named) while the rest of the paths are committed."""
     top = work_tree(repo)
     if top is None:
         return False, f"not committed: {repo} is not in a git checkout"
@@ -69,20 +73,25 @@ def commit_paths(repo: Path, paths: Sequence[Path], message: str) -> tuple[bool,
     added = git(top, "add", "--", *names)
     if added.returncode != 0:
         return False, f"not committed: git add failed ({added.stderr.strip()})"
-    staged = git(top, "diff", "--cached", "--name-only", "-z", "--", *names)
+    staged = git(top, "diff", "--cached", "--no-renames", "--name-only", "-z", "--", *names)
     files = [f for f in staged.stdout.split("\0") if f]
     if not files:
         return True, "nothing to commit: the results are as committed"
     big = [f for f in files if (top / f).is_file() and (top / f).stat().st_size > MAX_BYTES]
-    if big:
-        git(top, "reset", "-q", "--", *names)
-        return False, (
-            f"not committed: {', '.join(big)} over {MAX_BYTES / 1e6:.0f} MB "
-            "(every clone would pay for it forever); commit the rest by hand"
-        )
+    left_out = ""
+    if big:  # the rest of the landing is committed; only the oversized files stay out
+        git(top, "reset", "-q", "--", *big)
+        oversize = f"{', '.join(big)}: over {MAX_BYTES / 1e6:.0f} MB (every clone would pay for it"
+        if git(top, "ls-files", "-z", "--", *big).stdout:  # committed before: --only takes it
+            git(top, "reset", "-q", "--", *names)
+            return False, f"not committed: {oversize} forever); commit the rest by hand"
+        left_out = f"; left out {oversize} forever), move it out of the results"
+        if len(big) == len(files):
+            return False, f"not committed{left_out}"
+    # --only with the folders: a deletion is committed too, an untracked file is not
     done = git(top, "commit", "-q", "-m", message, "--only", "--", *names)
     if done.returncode != 0:
         why = (done.stderr or done.stdout).strip().splitlines()
         return False, f"not committed: git commit failed ({why[-1] if why else 'no reason'})"
     head = git(top, "rev-parse", "--short", "HEAD").stdout.strip()
-    return True, f"committed {head}: {len(files)} file(s)"
+    return True, f"committed {head}: {len(files) - len(big)} file(s){left_out}"
