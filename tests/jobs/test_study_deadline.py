@@ -110,9 +110,14 @@ def test_a_late_run_too_long_for_the_time_left_says_by_how_much() -> None:
     why = too_long("rhe+lpea", PUBLISHED, 1.0, 3_840.0)
     assert why == (f"needs about {hms(need)} at this machine's pace (1.00x the published "
                    "runs'), the hand-off is in 1:04:00")  # fmt: skip
+    # no pace measured here (this session's runs are new variants): the published pace
+    assert too_long("rhe+lpea", PUBLISHED, None, need + 1) is None
+    assert too_long("rhe+lpea", PUBLISHED, None, 3_840.0) == (
+        f"needs about {hms(need)} at the published runs' pace (none measured here yet), "
+        "the hand-off is in 1:04:00")  # fmt: skip
     # nothing tells its length: it was named to start, so it starts
-    assert too_long("rhe+lpea", PUBLISHED, None, 10.0) is None
     assert too_long("headmask-impt", PUBLISHED, 1.0, 10.0) is None
+    assert too_long("headmask-impt", PUBLISHED, None, 10.0) is None
 
 
 def test_the_pace_is_read_from_settled_running_runs_and_runs_finished_under_this_driver() -> None:

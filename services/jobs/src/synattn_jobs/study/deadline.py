@@ -73,13 +73,18 @@ def expected_wall_s(variant: str, published: Sequence[Mapping[str, Any]],
 def too_long(variant: str, published: Sequence[Mapping[str, Any]], pace: float | None,
              left_s: float) -> str | None:  # fmt: skip
     """Why a run of ``variant`` started now would still be running at the hand-off,
-    ``left_s`` seconds away; None when it should end before, or when nothing here or in the
-    published runs tells its length (the run was named to start, so it starts)."""
-    need = None if pace is None else expected_wall_s(variant, published, pace)
+    ``left_s`` seconds away; None when it should end before, or when the published runs do
+    not tell its length (the run was named to start, so it starts). With no ``pace`` (no run
+    measured here has a published variant yet, as when a session's first runs are new
+    variants) it is judged at the published runs' own pace: machines so far differ from it
+    by less than a third, and a run started into a hand-off that does not reach the next
+    session loses every hour it trains."""
+    need = expected_wall_s(variant, published, 1.0 if pace is None else pace)
     if need is None or need <= left_s:
         return None
-    return (f"needs about {hms(need)} at this machine's pace ({pace:.2f}x the published "
-            f"runs'), the hand-off is in {hms(max(left_s, 0.0))}")  # fmt: skip
+    at = ("the published runs' pace (none measured here yet)" if pace is None
+          else f"this machine's pace ({pace:.2f}x the published runs')")  # fmt: skip
+    return f"needs about {hms(need)} at {at}, the hand-off is in {hms(max(left_s, 0.0))}"
 
 
 def pace_samples(jobs: Sequence[Any], since: float, now: float) -> list[tuple[str, float]]:
