@@ -76,9 +76,9 @@ def too_long(variant: str, published: Sequence[Mapping[str, Any]], pace: float |
     ``left_s`` seconds away; None when it should end before, or when the published runs do
     not tell its length (the run was named to start, so it starts). With no ``pace`` (no run
     measured here has a published variant yet, as when a session's first runs are new
-    variants) it is judged at the published runs' own pace: machines so far differ from it
-    by less than a third, and a run started into a hand-off that does not reach the next
-    session loses every hour it trains."""
+    variants) it is judged at the published runs' own pace, the only length known: a run
+    started into a hand-off that does not reach the next session loses every hour it
+    trains."""
     need = expected_wall_s(variant, published, 1.0 if pace is None else pace)
     if need is None or need <= left_s:
         return None
