@@ -125,6 +125,36 @@ def test_fair_order_and_release_next(tmp_path: Path) -> None:
     assert store.unrelease_stale(0.01) == len(got) + 2 + len(more)
 
 
+def test_a_gated_user_gets_only_the_named_job_released(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gate_releases``: with free slots to spare, a gated user's one named job is released
+    and none of its others (a user gated to a job not theirs gets none); other users are
+    untouched, an admin's ``set_quota`` keeps the gate, ``quota list`` shows it, and lifting
+    it lets the rest through."""
+    from synattn_jobs import cli
+
+    url = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    store = JobStore(url)
+    alice = [store.create_job("train", f"a{k}", {}, "/tmp/x", owner="alice").id for k in range(3)]
+    bob = store.create_job("train", "b0", {}, "/tmp/x", owner="bob").id
+    carol = store.create_job("train", "c0", {}, "/tmp/x", owner="carol").id
+    store.register_worker("w1", "train", 10)
+    store.gate_releases(["alice", "carol"], alice[1])
+    assert sorted(store.release_next("train", 0, 60, None)) == sorted([alice[1], bob])
+    assert store.release_next("train", 0, 60, None) == []  # slots free, nothing else may go
+    store.set_quota("alice", 5, None)
+    assert store.release_next("train", 0, 60, None) == []
+    monkeypatch.setenv("SYNATTN_DATABASE_URL", url)
+    cli.quota_list()
+    listed = capsys.readouterr().out
+    assert f"alice: queued 5, running None, releases only job {alice[1]}" in listed
+    store.gate_releases(["alice", "carol"], None)
+    assert sorted(store.release_next("train", 0, 60, None)) == sorted([alice[0], alice[2], carol])
+    assert [(q.user, q.release_only) for q in store.quotas()] == [("alice", None),
+                                                                   ("carol", None)]  # fmt: skip
+
+
 def test_a_dispatcher_killed_between_choosing_and_sending(embedded: Env) -> None:
     """kill -9 after the release committed and before the task was sent: the job is not lost
     (it is released again after SYNATTN_RELEASE_TIMEOUT_S) and runs exactly once."""

@@ -431,8 +431,8 @@ def test_late_runs_start_one_at_a_time_on_the_workers_a_hold_leaves_free(
     tmp_path: Path, study: tuple[Any, JobStore, int]
 ) -> None:
     """``--late``: under the hold, the next late run goes to a worker that frees, alone (the
-    owner's running limit lets exactly it through, whatever slots are free), and the hold is
-    whole again once it runs; with every worker busy the next one waits for a run to end."""
+    dispatcher's releases are gated to it, whatever slots are free), and the hold is whole
+    again once it runs; with every worker busy the next one waits for a run to end."""
     import time
 
     repro, store, exp_id = study
@@ -466,6 +466,37 @@ def test_late_runs_start_one_at_a_time_on_the_workers_a_hold_leaves_free(
         repro.let_one_start(exp_id, "dea-s2")
     with pytest.raises(SystemExit, match="--late: only with --no-new-runs-after"):
         repro.main(["study.yaml", "--late", "vanilla-s2"])
+
+
+def test_a_run_ending_while_a_late_run_is_let_through_frees_no_place_for_another(
+    tmp_path: Path, study: tuple[Any, JobStore, int]
+) -> None:
+    """The let-through is a gate on the one run, not a count of places: a run that ends after
+    the late run started and before the driver holds again (its next look) lets no waiting
+    run start (once, impt-signed-s3 was released in that gap and had to be cancelled)."""
+    import time
+
+    repro, store, exp_id = study
+    ids = {n: store.create_job("train", n, {}, str(tmp_path), experiment_id=exp_id,
+                               variant=n.split("-s")[0], seed=int(n[-1]), owner="admin").id
+           for n in ("vanilla-s1", "dea-s1", "vanilla-s2", "dea-s2")}  # fmt: skip
+    assert store.claim(ids["vanilla-s1"], "w", 60)
+    store.register_worker("w1", "train", 3)
+    repro.hold_new_runs(exp_id, True)
+    jobs = store.jobs(experiment_id=exp_id)
+    assert repro.late_runs(exp_id, jobs, None, ["dea-s2"], 2, time.time()) == ("dea-s2", [])
+    assert store.release_next("train", 0, 60, None) == [ids["dea-s2"]]
+    assert store.claim(ids["dea-s2"], "w1", 60)
+    assert store.finish(ids["vanilla-s1"], "succeeded", {"bleu": 1.0})  # before the next look
+    assert store.release_next("train", 0, 60, None) == []  # two slots free: still none
+    jobs = store.jobs(experiment_id=exp_id)
+    assert repro.late_runs(exp_id, jobs, "dea-s2", [], 2, time.time()) == (None, [])
+    held = [(q.user, q.max_running, q.release_only) for q in store.quotas()]
+    assert held == [("admin", 0, None)]
+    assert store.release_next("train", 0, 60, None) == []
+    repro.hold_new_runs(exp_id, False)  # the next driver
+    rest = sorted([ids["dea-s1"], ids["vanilla-s2"]])
+    assert sorted(store.release_next("train", 0, 60, None)) == rest
 
 
 def test_run_json_scores_each_run_by_its_rows_protocol(

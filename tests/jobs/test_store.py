@@ -106,6 +106,22 @@ def test_a_store_made_before_earlier_claims_were_kept_is_upgraded(tmp_path: Path
     assert reopened.get(job_id).earlier_claims_s == 0.0
 
 
+def test_a_store_made_before_release_gates_is_upgraded(tmp_path: Path) -> None:
+    """A quotas table without the release gate gets it when a store opens it; its quotas
+    stay, ungated."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    JobStore(url).set_quota("alice", 3, 2)
+    with sqlite3.connect(tmp_path / "old.sqlite") as conn:
+        conn.execute("ALTER TABLE quotas DROP COLUMN release_only")
+    reopened = JobStore(url)
+    assert [(q.user, q.max_queued, q.max_running, q.release_only)
+            for q in reopened.quotas()] == [("alice", 3, 2, None)]  # fmt: skip
+    reopened.gate_releases(["alice"], "j1")
+    assert reopened.quotas()[0].release_only == "j1"
+
+
 def test_cancel_flags(store: JobStore) -> None:
     queued, running = _job(store), _job(store)
     assert store.request_cancel(queued).state == "cancelled"

@@ -251,7 +251,8 @@ def quota_list() -> None:
     s = get_settings()
     print(f"* (default): queued {s.max_queued_per_user}, running {s.max_running_per_user}")
     for q in _store().quotas():
-        print(f"{q.user}: queued {q.max_queued}, running {q.max_running}")
+        gate = f", releases only job {q.release_only}" if q.release_only else ""
+        print(f"{q.user}: queued {q.max_queued}, running {q.max_running}{gate}")
 
 
 def cancel(job_id: str) -> None:

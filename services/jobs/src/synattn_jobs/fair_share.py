@@ -94,6 +94,18 @@ class FairShareQueries:
             row.max_queued, row.max_running = max_queued, max_running
             return row
 
+    def gate_releases(self, users: Sequence[str], job_id: str | None) -> None:
+        """While ``job_id`` is set, the dispatcher releases that job alone of ``users``' waiting
+        jobs (none of theirs, for a user it is not of); None lifts the gate. A user's limits
+        stay as they are, and ``set_quota`` leaves the gate as it is."""
+        with self.session() as s:
+            for user in users:
+                row = s.get(Quota, user)
+                if row is None:
+                    row = Quota(user=user)
+                    s.add(row)
+                row.release_only = job_id
+
     def quotas(self) -> Sequence[Quota]:
         with self.session() as s:
             return s.scalars(select(Quota).order_by(Quota.user)).all()
@@ -161,7 +173,8 @@ class FairShareQueries:
         on the smallest worker it fits (largest jobs first). A smaller job may take a slot a
         larger one cannot use (backfill), so a 2-process job waits for a 2-device worker
         without holding up the 1-device ones. A user whose running limit (in processes) the
-        job would pass is skipped. One dispatcher at a time (a lock row)."""
+        job would pass is skipped, and a user whose releases are gated to one job
+        (``gate_releases``) gets that job or none. One dispatcher at a time (a lock row)."""
         now = time.time()
         waiting_q = (Job.kind == kind, Job.state == "queued", Job.released_at.is_(None),
                      Job.cancel_requested.is_(False))  # fmt: skip
@@ -206,7 +219,9 @@ class FairShareQueries:
             if not waiting:
                 return []
             last = self._last_starts(s, kind)
-            limits = {q.user: q.max_running for q in s.scalars(select(Quota))}
+            quotas = s.scalars(select(Quota)).all()
+            limits = {q.user: q.max_running for q in quotas}
+            gates = {q.user: q.release_only for q in quotas if q.release_only is not None}
             largest = max(devices.values(), default=0)
             picked: list[str] = []
             while waiting:
@@ -224,8 +239,9 @@ class FairShareQueries:
                 if not fits:
                     break
                 user = min(fits, key=lambda u: (busy.get(u, 0), last.get(u, -1.0), waiting[u]))
+                gate = (Job.id == gates[user],) if user in gates else ()
                 job = s.scalars(
-                    select(Job).where(*waiting_q, _owned_by(user or None),
+                    select(Job).where(*waiting_q, *gate, _owned_by(user or None),
                                       func.coalesce(Job.processes, 1) <= fits[user])
                     .order_by(Job.priority.desc(), Job.created_at).limit(1)
                 ).first()  # fmt: skip

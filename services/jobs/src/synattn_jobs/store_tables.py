@@ -100,6 +100,10 @@ class Quota(Base):
     user: Mapped[str] = mapped_column(String(200), primary_key=True)
     max_queued: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # while set, the one job the dispatcher may release for this user (a study driver's
+    # ``--late`` lets a single run through its hold: a gate on the job, not a count, so a run
+    # ending before the driver holds again frees no place for another)
+    release_only: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class WorkerSlot(Base):
@@ -189,6 +193,7 @@ ADDED_COLUMNS = (
     ("jobs", "slurm_job", "VARCHAR(32)"),
     ("jobs", "slurm_state", "VARCHAR(32)"),
     ("jobs", "slurm_reason", "VARCHAR(200)"),
+    ("quotas", "release_only", "VARCHAR(32)"),
 )
 
 

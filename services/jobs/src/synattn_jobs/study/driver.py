@@ -649,8 +649,10 @@ def put_first(exp_id: str, names: list[str]) -> None:
 def hold_new_runs(exp_id: str, hold: bool) -> None:
     """Stop (``hold``) or let again the queue hand the experiment's waiting runs to workers:
     its owners' running limit is 0 while held. Runs already running go on; a session near its
-    end thus starts no run it would only hand off minutes in. The owners' other limits stay."""
+    end thus starts no run it would only hand off minutes in. The owners' other limits stay.
+    Either way, a run ``let_one_start`` let through no longer passes alone."""
     set_running_limits(exp_id, lambda _owner: 0 if hold else None)
+    study_store().gate_releases(study_owners(exp_id), None)
 
 
 def set_running_limits(exp_id: str, limit: Callable[[str], int | None]) -> None:
@@ -658,9 +660,14 @@ def set_running_limits(exp_id: str, limit: Callable[[str], int | None]) -> None:
     limits stay."""
     store = study_store()
     quotas = {q.user: q for q in store.quotas()}
-    for owner in {j.owner or "" for j in store.jobs(experiment_id=exp_id)}:
+    for owner in study_owners(exp_id):
         queued = quotas[owner].max_queued if owner in quotas else None
         store.set_quota(owner, queued, limit(owner))
+
+
+def study_owners(exp_id: str) -> list[str]:
+    """The users the experiment's runs belong to ("" for runs with no owner)."""
+    return sorted({j.owner or "" for j in study_store().jobs(experiment_id=exp_id)})
 
 
 def holds_a_worker(job: Any) -> bool:
@@ -669,22 +676,15 @@ def holds_a_worker(job: Any) -> bool:
 
 
 def let_one_start(exp_id: str, name: str) -> None:
-    """Under a hold, let the waiting run ``name`` alone start (``--late``): it goes first, and
-    each owner's running limit becomes the processes the owner's jobs hold now, plus the run's
-    for its owner, so no other run slips through beside it. ``hold_new_runs`` sets the hold
-    back once it runs."""
+    """Under a hold, let the waiting run ``name`` alone start (``--late``): the dispatcher's
+    releases for the study's owners are gated to that one run, and only then is the hold
+    lifted, so no other run slips through beside it, not even into a place a run ending
+    before the driver's next look frees. ``hold_new_runs`` sets the hold back (and lifts the
+    gate) once it runs."""
     store = study_store()
-    jobs = waiting_runs(exp_id, [name], "--late")
-    job = jobs[name]
-    store.prioritise([job.id], 1 + max(int(j.priority or 0) for j in jobs.values()))
-    held = [j for j in store.jobs(state=("running", "queued"), limit=100_000)
-            if holds_a_worker(j)]  # fmt: skip
-
-    def limit(owner: str) -> int:
-        busy = sum(int(j.processes or 1) for j in held if (j.owner or "") == owner)
-        return busy + (int(job.processes or 1) if (job.owner or "") == owner else 0)
-
-    set_running_limits(exp_id, limit)
+    job = waiting_runs(exp_id, [name], "--late")[name]
+    store.gate_releases(study_owners(exp_id), job.id)
+    set_running_limits(exp_id, lambda _owner: None)
 
 
 def late_runs(
