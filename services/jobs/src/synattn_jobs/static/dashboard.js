@@ -8,6 +8,7 @@ const KEY = "synattn-token";
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 const streams = new Map(); // job id -> AbortController of its event stream
 let jobs = new Map();
+let listed = false; // the jobs list has arrived: a permalink opened before it would show run ids
 let selected = null;
 let positions = new Map(); // queued job id -> its place in the fair order (/v1/queue)
 let admin = false; // an admin token sees every user's jobs: an owner column says whose
@@ -353,6 +354,7 @@ async function refresh() {
   positions = new Map(queue.jobs.map((q) => [q.id, q.position]));
   $("empty").hidden = exps.length + list.length > 0;
   jobs = new Map(list.map((j) => [j.id, j]));
+  listed = true;
   const tbody = $("jobs").tBodies[0];
   tbody.replaceChildren(...list.slice().reverse().map(jobRow));
   const etbody = $("experiments").tBodies[0];

@@ -356,6 +356,9 @@ function openExplorer(job, opts = {}) {
 
 // #attention/JOB/SPLIT/ROW/MODULE/LAYER/HEAD[/vs/JOB2]: opened after sign-in and on change
 function routeHash() {
+  // a link followed before the jobs list arrived waits for it (sign-in opens it then), so its
+  // runs are named in the captions and translations, not shown by id
+  if (!listed) return;
   const parts = location.hash.replace(/^#/, "").split("/").map(decodeURIComponent);
   if (parts[0] !== "attention" || !/^[0-9a-f]{12}$/.test(parts[1] || "")) return;
   const vs = parts[7] === "vs" && /^[0-9a-f]{12}$/.test(parts[8] || "") ? parts[8] : "";
