@@ -32,6 +32,14 @@ SYNTAX = {"enc_self": [{"name": "fixed", "layers": [0], "options": {"fixed": 3}}
 TYPED = "Two dogs run across the green field ."
 
 
+# run before the page's own scripts: the jobs list answers 2 s late
+SLOW_LIST = """
+const f = window.fetch.bind(window);
+window.fetch = (url, ...rest) => String(url).includes("/v1/jobs?")
+  ? new Promise((ok) => setTimeout(ok, 2000)).then(() => f(url, ...rest))
+  : f(url, ...rest);"""
+
+
 def _train(base: str, token: str, name: str, overrides: dict) -> str:  # type: ignore[type-arg]
     r = httpx.post(f"{base}/v1/jobs/train", headers=h(token), json={"name": name, "spec": {
         "config": "configs/tiny.yaml", "overrides": overrides,
@@ -222,6 +230,15 @@ def _typed_sentence(
     assert browser.find_element(By.ID, "ex-text").get_attribute("value") == TYPED
     shown = browser.find_element(By.CSS_SELECTOR, f"#ex-translation [data-job='{syntax}']").text
     assert shown == f"syntax-run translates: {api['translation']}"
+    # the link followed while the jobs list is still on its way (held back 2 s here, as on a
+    # loaded server) waits for it: the run is named, not shown by its id
+    slow = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": SLOW_LIST})
+    browser.get(base + "/")
+    browser.get(link)
+    wait_for(browser, f"document.body.dataset.explorer === {done!r}", 60)
+    shown = browser.find_element(By.CSS_SELECTOR, f"#ex-translation [data-job='{syntax}']").text
+    assert shown == f"syntax-run translates: {api['translation']}"
+    browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", slow)
     # cleared, a row is shown again (the form's, 0 on a fresh page), without a translation
     field = browser.find_element(By.ID, "ex-text")
     field.clear()
